@@ -1,0 +1,220 @@
+#include "common.hpp"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+namespace mqa_logits::bench {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+}
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(status));
+  }
+}
+
+// Deterministic pseudo-random bytes on the device: never all-zero data.
+__global__ void fill_random_fp8(std::uint8_t* data, std::size_t count, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    // e4m3 codes with exponent field 4..10 (|x| in [2^-3, 2^4)): no NaN, no overflow in the GEMM.
+    data[i] = static_cast<std::uint8_t>((x & 0x80u) | ((4u + (x >> 8) % 7u) << 3) | ((x >> 16) & 7u));
+  }
+}
+
+// 16-byte vector copy, grid-stride: what a bandwidth-bound kernel can reach.
+__global__ void copy_kernel(const uint4* src, uint4* dst, std::size_t count) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
+double copy_bandwidth_tbps() {
+  constexpr std::size_t kBytes = std::size_t{2} << 30;
+  void *src = nullptr, *dst = nullptr;
+  check(cudaMalloc(&src, kBytes), "cudaMalloc");
+  check(cudaMalloc(&dst, kBytes), "cudaMalloc");
+  fill_random_fp8<<<1024, 256>>>(static_cast<std::uint8_t*>(src), kBytes, 7);
+  check(cudaGetLastError(), "fill_random_fp8");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  const Timing t = time_graph([&](cudaStream_t s) {
+    copy_kernel<<<sms * 8, 512, 0, s>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst),
+                                         kBytes / sizeof(uint4));
+  }, 2, 20);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * kBytes / (t.median_us * 1e-6) / 1e12;
+}
+
+double fp8_gemm_tflops() {
+  constexpr int kSize = 8192;
+  constexpr std::size_t kWorkspace = 64 << 20;
+  std::uint8_t *a = nullptr, *b = nullptr;
+  void *d = nullptr, *workspace = nullptr;
+  check(cudaMalloc(&a, std::size_t{kSize} * kSize), "cudaMalloc");
+  check(cudaMalloc(&b, std::size_t{kSize} * kSize), "cudaMalloc");
+  check(cudaMalloc(&d, std::size_t{kSize} * kSize * 2), "cudaMalloc");
+  check(cudaMalloc(&workspace, kWorkspace), "cudaMalloc");
+  fill_random_fp8<<<1024, 256>>>(a, std::size_t{kSize} * kSize, 1);
+  fill_random_fp8<<<1024, 256>>>(b, std::size_t{kSize} * kSize, 2);
+  check(cudaGetLastError(), "fill_random_fp8");
+
+  cublasLtHandle_t handle;
+  check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
+  cublasLtMatmulDesc_t desc;
+  check_cublas(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;  // FP8 needs "TN"
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)), "TRANSA");
+  check_cublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)), "TRANSB");
+  cublasLtMatrixLayout_t layout_a, layout_b, layout_d;
+  check_cublas(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_8F_E4M3, kSize, kSize, kSize), "layout A");
+  check_cublas(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_8F_E4M3, kSize, kSize, kSize), "layout B");
+  check_cublas(cublasLtMatrixLayoutCreate(&layout_d, CUDA_R_16BF, kSize, kSize, kSize), "layout D");
+  cublasLtMatmulPreference_t preference;
+  check_cublas(cublasLtMatmulPreferenceCreate(&preference), "PreferenceCreate");
+  check_cublas(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &kWorkspace, sizeof(kWorkspace)), "workspace");
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, desc, layout_a, layout_b, layout_d, layout_d,
+                                              preference, 1, &heuristic, &found), "AlgoGetHeuristic");
+  if (found == 0) throw std::runtime_error("cuBLASLt has no FP8 GEMM algorithm for this GPU");
+  const float alpha = 1.f, beta = 0.f;
+  const Timing t = time_graph([&](cudaStream_t s) {
+    check_cublas(cublasLtMatmul(handle, desc, &alpha, a, layout_a, b, layout_b, &beta, d, layout_d, d,
+                                layout_d, &heuristic.algo, workspace, kWorkspace, s), "cublasLtMatmul");
+  }, 3, 20);
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(layout_a);
+  cublasLtMatrixLayoutDestroy(layout_b);
+  cublasLtMatrixLayoutDestroy(layout_d);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(d);
+  cudaFree(workspace);
+  return 2.0 * kSize * kSize * double{kSize} / (t.median_us * 1e-6) / 1e12;
+}
+
+std::string json_value(const Record::Value& value) {
+  std::ostringstream out;
+  std::visit([&](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, std::string>) {
+      out << '"' << v << '"';
+    } else if constexpr (std::is_same_v<V, bool>) {
+      out << (v ? "true" : "false");
+    } else {
+      out << v;
+    }
+  }, value);
+  return out.str();
+}
+
+}  // namespace
+
+Ceilings measure_ceilings() { return {copy_bandwidth_tbps(), fp8_gemm_tflops()}; }
+
+Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, int samples) {
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (int i = 0; i < 3; ++i) enqueue(stream);  // warm-up outside the graph (module load etc.)
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < calls; ++i) enqueue(stream);
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cudaEvent_t begin, end;
+  check(cudaEventCreate(&begin), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  std::vector<double> per_call;
+  for (int i = 0; i < samples; ++i) {
+    check(cudaEventRecord(begin, stream), "cudaEventRecord");
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    check(cudaEventRecord(end, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(end), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    per_call.push_back(ms * 1000.0 / calls);
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  std::sort(per_call.begin(), per_call.end());
+  const auto at = [&](double q) { return per_call[static_cast<std::size_t>(q * (per_call.size() - 1))]; };
+  return {at(0.5), at(0.1), at(0.9)};
+}
+
+DeviceArena::DeviceArena(const std::vector<support::HostBuffer>& buffers, std::size_t logits_bytes)
+    : logits_bytes_(logits_bytes) {
+  for (const auto& buffer : buffers) {
+    void* device = nullptr;
+    if (!buffer.bytes.empty()) {
+      check(cudaMalloc(&device, buffer.bytes.size()), "cudaMalloc");
+      check(cudaMemcpy(device, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    pointers_.push_back(device);
+  }
+  check(cudaMalloc(&logits_, logits_bytes), "cudaMalloc logits");
+  check(cudaMemset(logits_, 0xff, logits_bytes), "cudaMemset logits");
+}
+
+DeviceArena::~DeviceArena() {
+  for (void* p : pointers_) cudaFree(p);
+  cudaFree(logits_);
+}
+
+std::vector<std::byte> DeviceArena::download_logits() const {
+  std::vector<std::byte> host(logits_bytes_);
+  check(cudaMemcpy(host.data(), logits_, logits_bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy logits");
+  return host;
+}
+
+Record& Record::set(const std::string& key, Value value) {
+  for (auto& field : fields_) {
+    if (field.first == key) {
+      field.second = std::move(value);
+      return *this;
+    }
+  }
+  fields_.emplace_back(key, std::move(value));
+  return *this;
+}
+
+const Record::Value& Record::at(const std::string& key) const {
+  for (const auto& field : fields_) {
+    if (field.first == key) return field.second;
+  }
+  throw std::out_of_range("no field " + key);
+}
+
+std::string Record::json() const {
+  std::string out = "{";
+  for (std::size_t i = 0; i < fields_.size(); ++i) {
+    out += (i ? ", \"" : "\"") + fields_[i].first + "\": " + json_value(fields_[i].second);
+  }
+  return out + "}";
+}
+
+}  // namespace mqa_logits::bench

@@ -1,0 +1,74 @@
+// Benchmark framework: ceilings measured in the same run, CUDA-graph timing with medians, device
+// copies of workloads, and a small JSON writer for machine-readable results.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "support/workload.hpp"
+
+namespace mqa_logits::bench {
+
+// Throws std::runtime_error naming `what` unless `status` is cudaSuccess.
+void check(cudaError_t status, const char* what);
+
+struct Ceilings {
+  double copy_tbps = 0;   // device-to-device copy, bytes read + written per second / 1e12
+  double fp8_tflops = 0;  // cuBLASLt FP8 e4m3 GEMM 8192^3 with bf16 output
+};
+Ceilings measure_ceilings();
+
+struct Timing {
+  double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+};
+
+// Captures `calls` invocations of `enqueue(stream)` into one CUDA graph, warms it up, then
+// replays it `samples` times, timing each replay with events; returns per-call statistics.
+Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls = 5, int samples = 40);
+
+// Owning device copy of a workload's inputs (slot order), plus a logits buffer.
+class DeviceArena {
+ public:
+  explicit DeviceArena(const std::vector<support::HostBuffer>& buffers, std::size_t logits_bytes);
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena();
+  const std::vector<void*>& pointers() const { return pointers_; }
+  void* logits() const { return logits_; }
+  std::vector<std::byte> download_logits() const;
+
+ private:
+  std::vector<void*> pointers_;
+  void* logits_ = nullptr;
+  std::size_t logits_bytes_ = 0;
+};
+
+// One result row: ordered (key, value) pairs, written to JSON as an object.
+class Record {
+ public:
+  using Value = std::variant<double, std::int64_t, std::string, bool>;
+  Record& set(const std::string& key, Value value);
+  std::string json() const;
+  const Value& at(const std::string& key) const;
+
+ private:
+  std::vector<std::pair<std::string, Value>> fields_;
+};
+
+struct BenchContext {
+  Ceilings ceilings;
+  bool quick = false;  // fewer shapes and samples
+};
+
+std::vector<Record> run_prefill_bench(const BenchContext& context);
+std::vector<Record> run_paged_bench(const BenchContext& context);
+
+}  // namespace mqa_logits::bench

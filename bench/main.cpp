@@ -1,0 +1,78 @@
+// mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
+//
+//   mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <string>
+
+#include "common.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr, "usage: mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mqa_logits::bench;
+  std::string suite = "all", json_path;
+  BenchContext context;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "prefill" || arg == "decode" || arg == "all") {
+      suite = arg;
+    } else if (arg == "--quick") {
+      context.quick = true;
+    } else if (arg == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else {
+      return usage();
+    }
+  }
+  if (!mqa_logits::cuda_backend_available()) {
+    std::fprintf(stderr, "mqa-logits-bench: no sm_90 GPU found; the benchmark needs one\n");
+    return 3;
+  }
+  try {
+    cudaDeviceProp props{};
+    check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
+    context.ceilings = measure_ceilings();
+    std::printf("%s, %d SMs: copy %.2f TB/s, FP8 GEMM 8192^3 %.0f TFLOPS\n", props.name,
+                props.multiProcessorCount, context.ceilings.copy_tbps, context.ceilings.fp8_tflops);
+    std::vector<Record> records;
+    if (suite != "decode") {
+      auto r = run_prefill_bench(context);
+      records.insert(records.end(), r.begin(), r.end());
+    }
+    if (suite != "prefill") {
+      auto r = run_paged_bench(context);
+      records.insert(records.end(), r.begin(), r.end());
+    }
+    bool all_verified = true;
+    for (const auto& r : records) all_verified = all_verified && std::get<bool>(r.at("verified"));
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      out << "{\"gpu\": \"" << props.name << "\", \"sms\": " << props.multiProcessorCount
+          << ", \"copy_tbps\": " << context.ceilings.copy_tbps
+          << ", \"fp8_tflops\": " << context.ceilings.fp8_tflops << ", \"results\": [\n";
+      for (std::size_t i = 0; i < records.size(); ++i) {
+        out << "  " << records[i].json() << (i + 1 < records.size() ? ",\n" : "\n");
+      }
+      out << "]}\n";
+    }
+    if (!all_verified) {
+      std::fprintf(stderr, "mqa-logits-bench: some results failed verification\n");
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mqa-logits-bench: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,69 @@
+// mqa-logits: runs one DeepSeek-shaped prefill or decode case end to end, verifies it against the
+// float64 formula and reports its speed. See usage_text() in options.cpp.
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "executor.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "options.hpp"
+#include "progress.hpp"
+#include "report.hpp"
+#include "run.hpp"
+
+namespace {
+
+using namespace mqa_logits::cli;
+
+enum ExitStatus : int { kPassed = 0, kVerificationFailed = 1, kUsageError = 2, kRuntimeError = 3 };
+
+constexpr bool kBuiltWithCuda = MQA_LOGITS_CLI_WITH_CUDA != 0;
+
+std::unique_ptr<Executor> select_executor(const Options& options) {
+  if (options.device) {
+    return *options.device == mqa_logits::DeviceType::kCUDA ? make_cuda_executor()
+                                                            : make_cpu_executor();
+  }
+  if (mqa_logits::cuda_backend_available()) return make_cuda_executor();
+  std::printf("%s: running the CPU reference backend\n",
+              kBuiltWithCuda ? "No GPU of compute capability 9.0 was found"
+                             : "This build has no CUDA backend, so no GPU is used");
+  return make_cpu_executor();
+}
+
+int run(const Options& options) {
+  const std::unique_ptr<Executor> executor = select_executor(options);
+  RunResult result;
+  {
+    Progress progress;
+    result = run_case(options, *executor, progress);
+  }
+  print_report(options, result);
+  if (!options.json_path.empty()) write_json(options.json_path, options, result);
+  return result.verified() ? kPassed : kVerificationFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse_options(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "mqa-logits: %s\n(mqa-logits --help lists the options)\n", e.what());
+    return kUsageError;
+  }
+  if (options.help) {
+    std::printf("%s", usage_text().c_str());
+    return kPassed;
+  }
+  try {
+    return run(options);
+  } catch (const mqa_logits::InvalidArgument& e) {
+    std::fprintf(stderr, "mqa-logits: the library refused the input: %s\n", e.what());
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mqa-logits: error: %s\n", e.what());
+    return kRuntimeError;
+  }
+}

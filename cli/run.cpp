@@ -1,0 +1,264 @@
+#include "run.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "text.hpp"
+
+namespace mqa_logits::cli {
+namespace {
+
+// Decode contexts are uniform in [(1 - j) L, (1 + j) L]: sequences of a batch differ in length.
+constexpr double kContextJitter = 0.5;
+
+DType value_dtype(const Options& options) {
+  return options.bf16 ? DType::kBFloat16 : DType::kFloat32;
+}
+
+std::string dtypes_and_cleaning(const Options& options) {
+  return format_string("%s, %s weights and logits, %s", format_name(options.format),
+                       dtype_name(value_dtype(options)),
+                       options.clean_logits ? "clean" : "not clean");
+}
+
+// ---- the operation-specific parts, one overload per workload type ----------------------------
+
+support::PrefillSpec prefill_spec(const Options& options) {
+  support::PrefillSpec spec;
+  spec.format = options.format;
+  spec.seq_len = options.seq_len;
+  spec.seq_len_kv = options.seq_len_kv;
+  spec.num_heads = options.head_count;
+  spec.head_dim = options.head_dim;
+  spec.weights_dtype = spec.logits_dtype = value_dtype(options);
+  spec.clean_logits = options.clean_logits;
+  spec.windows = options.windows;
+  spec.seed = options.seed;
+  return spec;
+}
+
+support::PagedSpec paged_spec(const Options& options) {
+  support::PagedSpec spec;
+  spec.format = options.format;
+  spec.batch = options.batch;
+  spec.next_n = options.next_n;
+  spec.num_heads = options.head_count;
+  spec.head_dim = options.head_dim;
+  spec.block_kv = options.block_kv;
+  spec.avg_context = options.avg_context;
+  spec.context_jitter = kContextJitter;
+  spec.weights_dtype = spec.logits_dtype = value_dtype(options);
+  spec.clean_logits = options.clean_logits;
+  spec.seed = options.seed;
+  return spec;
+}
+
+std::string describe(const support::PrefillWorkload& w, const Options& options) {
+  const auto& s = w.spec;
+  return format_string("prefill S=%lld T=%lld H=%lld D=%lld, %s windows, ",
+                       static_cast<long long>(s.seq_len), static_cast<long long>(s.seq_len_kv),
+                       static_cast<long long>(s.num_heads), static_cast<long long>(s.head_dim),
+                       support::window_kind_name(s.windows)) +
+         dtypes_and_cleaning(options);
+}
+
+std::string describe(const support::PagedWorkload& w, const Options& options) {
+  const auto& s = w.spec;
+  return format_string(
+             "decode B=%lld N=%lld H=%lld D=%lld, contexts %lld +-%d%% (max %lld), block_kv=%d, ",
+             static_cast<long long>(s.batch), static_cast<long long>(s.next_n),
+             static_cast<long long>(s.num_heads), static_cast<long long>(s.head_dim),
+             static_cast<long long>(s.avg_context), static_cast<int>(kContextJitter * 100),
+             static_cast<long long>(w.max_context_len), s.block_kv) +
+         dtypes_and_cleaning(options);
+}
+
+// An int32 [num_sms + 1, 2] schedule-metadata buffer in memory the executor owns.
+TensorView allocate_metadata(Executor& executor, int num_sms) {
+  const std::int64_t rows = schedule_meta_rows(num_sms);
+  void* data = executor.allocate_poisoned(rows * 2 * sizeof(std::int32_t));
+  return TensorView::contiguous(data, DType::kInt32, {rows, 2}, executor.device());
+}
+
+// Schedule metadata computed where the inputs live.
+TensorView schedule_metadata(const support::PrefillWorkload& w, const support::PrefillInputs& in,
+                             Executor& executor) {
+  const TensorView meta = allocate_metadata(executor, get_num_sms());
+  get_mqa_logits_metadata(in.k_start, in.k_end, w.spec.seq_len_kv,
+                          static_cast<int>(w.spec.num_heads), meta, executor.stream());
+  return meta;
+}
+
+TensorView schedule_metadata(const support::PagedWorkload& w, const support::PagedInputs& in,
+                             Executor& executor) {
+  const int num_sms = get_num_sms();
+  const TensorView meta = allocate_metadata(executor, num_sms);
+  get_paged_mqa_logits_metadata(in.context_lens, w.spec.block_kv, num_sms, meta, in.options.indices,
+                                executor.stream());
+  return meta;
+}
+
+void call(const support::PrefillWorkload&, const support::PrefillInputs& in, const TensorView& meta,
+          const TensorView& logits, cudaStream_t stream) {
+  MqaLogitsOptions options = in.options;
+  options.schedule_meta = meta;
+  options.stream = stream;
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, logits, options);
+}
+
+void call(const support::PagedWorkload& w, const support::PagedInputs& in, const TensorView& meta,
+          const TensorView& logits, cudaStream_t stream) {
+  PagedMqaLogitsOptions options = in.options;
+  options.stream = stream;
+  paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                   w.max_context_len, logits, options);
+}
+
+// In-window elements of every output row.
+std::int64_t count_pairs(const support::PrefillWorkload& w) {
+  const auto starts = w.k_start();
+  const auto ends = w.k_end();
+  std::int64_t pairs = 0;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::int64_t lo = std::max<std::int64_t>(starts[i], 0);
+    const std::int64_t hi = std::min<std::int64_t>(ends[i], w.spec.seq_len_kv);
+    pairs += std::max<std::int64_t>(hi - lo, 0);
+  }
+  return pairs;
+}
+
+std::int64_t row_length(const support::PagedWorkload& w, std::int64_t row) {
+  return std::clamp<std::int64_t>(w.context_length(row), 0, w.max_context_len);
+}
+
+std::int64_t count_pairs(const support::PagedWorkload& w) {
+  std::int64_t pairs = 0;
+  for (std::int64_t r = 0; r < w.num_rows; ++r) pairs += row_length(w, r);
+  return pairs;
+}
+
+std::int64_t total_bytes(const std::vector<support::HostBuffer>& buffers) {
+  std::int64_t bytes = 0;
+  for (const auto& buffer : buffers) bytes += static_cast<std::int64_t>(buffer.bytes.size());
+  return bytes;
+}
+
+// Bytes of input a call must read once: every buffer whole.
+std::int64_t input_bytes(const support::PrefillWorkload& w) { return total_bytes(w.buffers); }
+
+// Decode reads the keys of each sequence up to its longest row, not the whole cache (which holds
+// unused blocks).
+std::int64_t input_bytes(const support::PagedWorkload& w) {
+  std::map<std::int64_t, std::int64_t> tokens_per_sequence;
+  for (std::int64_t r = 0; r < w.num_rows; ++r) {
+    auto& tokens = tokens_per_sequence[w.table_row(r)];
+    tokens = std::max(tokens, row_length(w, r));
+  }
+  std::int64_t key_bytes = 0;
+  for (const auto& [sequence, tokens] : tokens_per_sequence) {
+    key_bytes += tokens * (w.token_bytes + static_cast<std::int64_t>(sizeof(float)));
+  }
+  const auto cache_bytes =
+      static_cast<std::int64_t>(w.buffers[support::PagedWorkload::kKvCache].bytes.size());
+  return total_bytes(w.buffers) - cache_bytes + key_bytes;
+}
+
+// ---- the shared flow ----------------------------------------------------------------------------
+
+template <typename Workload>
+std::vector<Check> verify(const Workload& workload, const std::vector<std::byte>& logits,
+                          const Options& options, Progress& progress) {
+  std::vector<Check> checks;
+  if (options.verify_rows == 0) return checks;
+  const auto rows = support::sample_rows(workload.layout.rows, options.verify_rows, options.seed);
+  const auto& spec = workload.spec;
+  for (const auto operands : {support::Operands::kQuantized, support::Operands::kUnquantized}) {
+    progress.update(format_string("verifying %zu rows against the float64 formula on the %s inputs",
+                                  rows.size(), support::operands_name(operands)));
+    Check check{
+        operands,
+        support::spec_tolerance(spec.format, spec.weights_dtype, spec.logits_dtype, operands),
+        {}};
+    check.result = support::verify_rows(workload, logits.data(), rows, operands, check.tolerance);
+    checks.push_back(std::move(check));
+  }
+  return checks;
+}
+
+template <typename Workload>
+RunResult run_workload(const Workload& workload, const Options& options, Executor& executor,
+                       Progress& progress) {
+  RunResult result;
+  result.shape = describe(workload, options);
+  result.executor = executor.description();
+  result.rows = workload.layout.rows;
+  result.cols = workload.layout.cols;
+  result.pairs = count_pairs(workload);
+  result.flops = 2.0 * workload.spec.num_heads * workload.spec.head_dim * result.pairs;
+  const std::int64_t written = options.clean_logits ? result.rows * result.cols : result.pairs;
+  result.bytes = static_cast<double>(input_bytes(workload)) +
+                 static_cast<double>(written) * dtype_size(workload.spec.logits_dtype);
+
+  progress.update(
+      format_string("placing the inputs in %s memory", device_name(executor.device().type)));
+  const std::vector<void*> pointers = executor.place(workload.buffers);
+  const auto inputs = workload.inputs(pointers, executor.device());
+  const TensorView meta = schedule_metadata(workload, inputs, executor);
+  void* logits = executor.allocate_poisoned(workload.logits_bytes());
+  const TensorView logits_view = workload.logits_view(logits, executor.device());
+
+  result.iters = options.iters.value_or(executor.default_iters());
+  const CallTiming timing = executor.time_calls(
+      [&] { call(workload, inputs, meta, logits_view, executor.stream()); }, result.iters,
+      [&](const std::string& step) {
+        progress.update(std::string(operation_name(options.operation)) + ": " + step);
+      });
+  result.timing_method = timing.method;
+  std::vector<double> seconds = timing.seconds;
+  std::sort(seconds.begin(), seconds.end());
+  result.seconds_per_call = seconds[seconds.size() / 2];
+  result.min_seconds_per_call = seconds.front();
+
+  result.rates = executor.measure_rates();
+  // The buffer holds the last call's output; anything no call wrote is still NaN poison.
+  const std::vector<std::byte> host_logits = executor.read_back(logits, workload.logits_bytes());
+  result.checks = verify(workload, host_logits, options, progress);
+  progress.finish();
+  return result;
+}
+
+template <typename MakeWorkload>
+RunResult generate_and_run(const MakeWorkload& make_workload, const Options& options,
+                           Executor& executor, Progress& progress) {
+  progress.update(format_string("generating the %s inputs", operation_name(options.operation)));
+  return run_workload(make_workload(), options, executor, progress);
+}
+
+}  // namespace
+
+bool RunResult::verified() const {
+  return std::all_of(checks.begin(), checks.end(), [](const Check& c) { return c.result.ok; });
+}
+
+std::optional<double> RunResult::floor_seconds() const {
+  if (!rates || rates->peak_flops <= 0.0 || rates->copy_bandwidth <= 0.0) return std::nullopt;
+  return std::max(flops / rates->peak_flops, bytes / rates->copy_bandwidth);
+}
+
+std::optional<double> RunResult::roofline_fraction() const {
+  const auto floor = floor_seconds();
+  if (!floor) return std::nullopt;
+  return *floor / seconds_per_call;
+}
+
+RunResult run_case(const Options& options, Executor& executor, Progress& progress) {
+  if (options.operation == Operation::kPrefill) {
+    return generate_and_run([&] { return support::make_prefill_workload(prefill_spec(options)); },
+                            options, executor, progress);
+  }
+  return generate_and_run([&] { return support::make_paged_workload(paged_spec(options)); },
+                          options, executor, progress);
+}
+
+}  // namespace mqa_logits::cli

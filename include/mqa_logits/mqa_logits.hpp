@@ -1,0 +1,121 @@
+// mqa_logits: lightning-indexer logits of DeepSeek-style sparse attention.
+//
+//   logit[i, j] = sum_h w[i, h] * relu(s(i, h, j)),   s = scaled dot product of query head and key
+//
+// Two operations (see SPEC.md): `mqa_logits` (prefill: queries against one contiguous key sequence,
+// a window [start, end) per query) and `paged_mqa_logits` (decode: next_n queries per sequence
+// against a paged, fused FP8/MX KV cache). Each entry point dispatches on where its inputs live:
+// host memory runs the CPU reference backend, CUDA device memory the GPU kernels. All inputs must
+// live on one device. The caller owns every buffer; `*_output_layout` says what to allocate.
+//
+// Errors: invalid input throws mqa_logits::InvalidArgument (naming the argument, what was expected
+// and what was given) before anything is launched or written; a failing CUDA call throws
+// mqa_logits::CudaError.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "mqa_logits/errors.hpp"
+#include "mqa_logits/tensor.hpp"
+
+// The CUDA runtime's stream handle, declared here so this header needs no CUDA headers.
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace mqa_logits {
+
+// Where to allocate logits: `rows` x `cols` logical elements, rows `row_stride` elements apart.
+// The stride is padded to a multiple of 1024 bytes; any row stride >= cols whose rows start
+// 16-byte aligned is accepted too.
+struct OutputLayout {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t row_stride = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Prefill
+// ---------------------------------------------------------------------------------------------
+
+struct MqaLogitsOptions {
+  // Every element outside a row's window is exactly -inf. When false such elements are
+  // unspecified (never written outside the output buffer).
+  bool clean_logits = true;
+  // > 0: compressed output [S, max_seqlen_k], element [i, c] = logit[i, start[i] + c].
+  std::int64_t max_seqlen_k = 0;
+  // Optional result of get_mqa_logits_metadata(); output is bitwise identical without it.
+  std::optional<TensorView> schedule_meta;
+  cudaStream_t stream = nullptr;
+};
+
+OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len_kv,
+                                      std::int64_t max_seqlen_k, DType logits_dtype);
+
+// q:       [S, H, D] e4m3 (FP8, MXFP8) or [S, H, D/2] bytes (MXFP4); scales [S, H] int32 (MX)
+// kv:      [T, D] e4m3 or [T, D/2] bytes; scales [T] fp32 (FP8) or [T] int32 (MX)
+// weights: [S, H] fp32 or bf16, last dim contiguous
+// k_start, k_end: [S] int32; row i covers keys max(start, 0) <= j < min(end, T)
+// logits:  [S, T] (or [S, max_seqlen_k]) fp32 or bf16, last dim contiguous (see OutputLayout)
+void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
+                const TensorView& k_start, const TensorView& k_end, const TensorView& logits,
+                const MqaLogitsOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Decode (paged KV cache)
+// ---------------------------------------------------------------------------------------------
+
+struct PagedMqaLogitsOptions {
+  bool clean_logits = false;
+  // Varlen form ([B] int32, next_n = 1): row r reads block_table row indices[r]; consecutive
+  // rows with equal indices belong to one sequence and share key loads.
+  std::optional<TensorView> indices;
+  cudaStream_t stream = nullptr;
+};
+
+OutputLayout paged_mqa_logits_output_layout(std::int64_t num_rows, std::int64_t max_context_len,
+                                            DType logits_dtype);
+
+// q:            [B, N, H, D] e4m3 or [B, N, H, D/2] bytes; scales [B, N, H] int32 (MX)
+// kv_cache:     [num_blocks, block_kv, 1, D + 4] (or D/2 + 4) bytes; block_kv 32 or 64. Each block
+//               is block_kv token values followed by block_kv 4-byte scales; stride(0) any
+//               multiple of 4 bytes at least block_kv * (D + 4).
+// weights:      [B * N, H] fp32 or bf16
+// context_lens: [B, N] (row b*N+t has L = lens[b, t]) or [B] (L = lens[b] - N + t + 1)
+// block_table:  [B (or #sequences with indices), max_blocks] int32, last dim contiguous
+// schedule_meta: get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms[, indices])
+// logits:       [B * N, max_context_len] fp32 or bf16, last dim contiguous
+void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
+                      const TensorView& weights, const TensorView& context_lens,
+                      const TensorView& block_table, const TensorView& schedule_meta,
+                      std::int64_t max_context_len, const TensorView& logits,
+                      const PagedMqaLogitsOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Schedule metadata: int32 [num_sms + 1, 2]. Each of num_sms workers gets one contiguous,
+// equally sized (+-1) segment of the work items; row k holds the first item of worker k, row
+// num_sms the end. Host inputs compute on the host, device inputs on the device (stream).
+// ---------------------------------------------------------------------------------------------
+
+std::int64_t schedule_meta_rows(int num_sms);  // num_sms + 1
+
+// `out`: int32 [num_sms + 1, 2] on the device of `context_lens`.
+void get_paged_mqa_logits_metadata(const TensorView& context_lens, int block_kv, int num_sms,
+                                   const TensorView& out,
+                                   const std::optional<TensorView>& indices = std::nullopt,
+                                   cudaStream_t stream = nullptr);
+
+// `out`: int32 [get_num_sms() + 1, 2] on the device of `k_start`.
+void get_mqa_logits_metadata(const TensorView& k_start, const TensorView& k_end,
+                             std::int64_t seq_len_kv, int num_heads, const TensorView& out,
+                             cudaStream_t stream = nullptr);
+
+// How many SMs (CPU: worker threads) the kernels may use. Defaults to the current CUDA device's
+// SM count (on a machine without one, the hardware thread count).
+int get_num_sms();
+void set_num_sms(int num_sms);  // 1 <= num_sms <= the device's SM count
+
+// True when this build has the CUDA backend and a device of compute capability 9.0 is visible.
+bool cuda_backend_available();
+
+}  // namespace mqa_logits

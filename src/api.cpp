@@ -1,0 +1,149 @@
+// The public entry points: validate, then hand the descriptor to the backend of its device.
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "cpu/cpu_backend.hpp"
+#include "cuda/cuda_backend.hpp"
+#include "metadata.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "schedule.hpp"
+#include "validate.hpp"
+#include "validate_checks.hpp"
+
+namespace mqa_logits {
+namespace {
+
+constexpr std::int64_t kOutputRowAlignmentBytes = 1024;
+constexpr int kMaxWorkersWithoutDevice = 4096;
+
+// 0 until set_num_sms(): the default then follows the current CUDA device.
+std::atomic<int> configured_num_sms{0};
+
+// The CPU backend splits rows over every hardware thread; the SM setting is for GPUs.
+int cpu_workers() {
+  const unsigned threads = std::thread::hardware_concurrency();
+  return threads == 0 ? 1 : static_cast<int>(threads);
+}
+
+bool on_cuda(const Device& device) { return device.type == DeviceType::kCUDA; }
+
+OutputLayout padded_layout(std::int64_t rows, std::int64_t cols, DType logits_dtype) {
+  if (logits_dtype != DType::kFloat32 && logits_dtype != DType::kBFloat16) {
+    checks::refuse("logits_dtype", std::string("expected float32 or bfloat16, got ") +
+                                       dtype_name(logits_dtype));
+  }
+  const std::int64_t row_unit =
+      kOutputRowAlignmentBytes / static_cast<std::int64_t>(dtype_size(logits_dtype));
+  return {rows, cols, schedule::ceil_div(cols, row_unit) * row_unit};
+}
+
+void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
+  if (problem.seq_len == 0 || problem.out_cols == 0) return;  // no output element to write
+  if (on_cuda(problem.device)) {
+    cuda_backend::run_prefill(problem, stream);
+  } else {
+    cpu::run_prefill(problem, cpu_workers());
+  }
+}
+
+void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
+  if (problem.batch * problem.next_n == 0 || problem.max_context_len == 0) return;
+  if (on_cuda(problem.device)) {
+    cuda_backend::run_paged(problem, stream);
+  } else {
+    cpu::run_paged(problem, cpu_workers());
+  }
+}
+
+}  // namespace
+
+OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len_kv,
+                                      std::int64_t max_seqlen_k, DType logits_dtype) {
+  checks::expect_at_least("seq_len", "seq_len", seq_len, 0);
+  checks::expect_in_range("seq_len_kv", "seq_len_kv", seq_len_kv, 0, checks::kMaxColumns);
+  checks::expect_in_range("max_seqlen_k", "max_seqlen_k", max_seqlen_k, 0, checks::kMaxColumns);
+  return padded_layout(seq_len, max_seqlen_k > 0 ? max_seqlen_k : seq_len_kv, logits_dtype);
+}
+
+void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
+                const TensorView& k_start, const TensorView& k_end, const TensorView& logits,
+                const MqaLogitsOptions& options) {
+  launch_prefill(validate_prefill(q, kv, weights, k_start, k_end, logits, options),
+                 options.stream);
+}
+
+OutputLayout paged_mqa_logits_output_layout(std::int64_t num_rows, std::int64_t max_context_len,
+                                            DType logits_dtype) {
+  checks::expect_at_least("num_rows", "num_rows", num_rows, 0);
+  checks::expect_in_range("max_context_len", "max_context_len", max_context_len, 0, checks::kMaxColumns);
+  return padded_layout(num_rows, max_context_len, logits_dtype);
+}
+
+void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
+                      const TensorView& weights, const TensorView& context_lens,
+                      const TensorView& block_table, const TensorView& schedule_meta,
+                      std::int64_t max_context_len, const TensorView& logits,
+                      const PagedMqaLogitsOptions& options) {
+  launch_paged(validate_paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                              max_context_len, logits, options),
+               options.stream);
+}
+
+std::int64_t schedule_meta_rows(int num_sms) {
+  checks::expect_at_least("num_sms", "num_sms", num_sms, 1);
+  return static_cast<std::int64_t>(num_sms) + 1;
+}
+
+void get_paged_mqa_logits_metadata(const TensorView& context_lens, int block_kv, int num_sms,
+                                   const TensorView& out,
+                                   const std::optional<TensorView>& indices,
+                                   cudaStream_t stream) {
+  const PagedMetadataRequest r =
+      validate_paged_metadata(context_lens, block_kv, num_sms, out, indices);
+  if (on_cuda(r.device)) {
+    cuda_backend::paged_metadata(r.context_lens, r.batch, r.lens_cols, r.lens_2d, r.indices,
+                                 r.workers, r.out, stream);
+  } else {
+    host::paged_metadata(r.context_lens, r.batch, r.lens_cols, r.lens_2d, r.indices, r.workers,
+                         r.out);
+  }
+}
+
+void get_mqa_logits_metadata(const TensorView& k_start, const TensorView& k_end,
+                             std::int64_t seq_len_kv, int num_heads, const TensorView& out,
+                             cudaStream_t stream) {
+  const PrefillMetadataRequest r =
+      validate_prefill_metadata(k_start, k_end, seq_len_kv, num_heads, get_num_sms(), out);
+  if (on_cuda(r.device)) {
+    cuda_backend::prefill_metadata(r.k_start, r.k_end, r.seq_len, r.seq_len_kv, r.num_heads,
+                                   r.workers, r.out, stream);
+  } else {
+    host::prefill_metadata(r.k_start, r.k_end, r.seq_len, r.seq_len_kv, r.num_heads, r.workers,
+                           r.out);
+  }
+}
+
+int get_num_sms() {
+  const int configured = configured_num_sms.load(std::memory_order_relaxed);
+  if (configured > 0) return configured;
+  if (!cuda_backend::any_device()) return cpu_workers();
+  return cuda_backend::device_sm_count(cuda_backend::current_device());
+}
+
+void set_num_sms(int num_sms) {
+  const bool device = cuda_backend::any_device();
+  const int current = device ? cuda_backend::current_device() : 0;
+  const int limit = device ? cuda_backend::device_sm_count(current) : kMaxWorkersWithoutDevice;
+  if (num_sms < 1 || num_sms > limit) {
+    const std::string bound = device ? " (the SMs of cuda:" + std::to_string(current) + ")"
+                                     : " (no CUDA device is visible)";
+    checks::refuse("num_sms", "expected 1 <= num_sms <= " + std::to_string(limit) + bound +
+                                  ", got " + std::to_string(num_sms));
+  }
+  configured_num_sms.store(num_sms, std::memory_order_relaxed);
+}
+
+bool cuda_backend_available() { return cuda_backend::available(); }
+
+}  // namespace mqa_logits

@@ -1,0 +1,41 @@
+// The CUDA backend as the host dispatch code sees it. Built from src/cuda/*.cu when the CUDA
+// compiler is present; otherwise src/cuda/no_cuda_backend.cpp refuses every call with a clear
+// error. Every function throws CudaError on a failed CUDA call.
+#pragma once
+
+#include <cstdint>
+
+#include "problem.hpp"
+
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace mqa_logits::cuda_backend {
+
+// Compiled in, and a device of compute capability 9.0 is visible.
+bool available();
+// Compiled in and at least one CUDA device is visible (of any architecture).
+bool any_device();
+// Visible CUDA devices: 0 without the backend, or when the driver reports none (or fails).
+int device_count();
+int current_device();
+int device_sm_count(int device);
+int device_compute_capability(int device);  // major * 10 + minor
+
+// Throws InvalidArgument naming `argument` unless `ptr` is device (or managed) memory of `device`.
+void require_device_pointer(const void* ptr, int device, const char* argument);
+// Throws InvalidArgument naming `argument` if `ptr` is device memory (a host pointer is needed).
+void require_host_pointer(const void* ptr, const char* argument);
+
+void run_prefill(const PrefillProblem& problem, cudaStream_t stream);
+void run_paged(const PagedProblem& problem, cudaStream_t stream);
+
+// Schedule metadata from device inputs into device `out` ([workers + 1, 2] int32).
+void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
+                      std::int64_t seq_len, std::int64_t seq_len_kv, int num_heads, int workers,
+                      std::int32_t* out, cudaStream_t stream);
+void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::int64_t lens_cols,
+                    bool lens_2d, const std::int32_t* indices, int workers, std::int32_t* out,
+                    cudaStream_t stream);
+
+}  // namespace mqa_logits::cuda_backend

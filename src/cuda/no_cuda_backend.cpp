@@ -1,0 +1,47 @@
+// The CUDA backend of a build without a CUDA compiler: no device is ever visible, and every call
+// that would need one refuses the tensor that asked for it.
+#include <string>
+
+#include "cuda/cuda_backend.hpp"
+#include "mqa_logits/errors.hpp"
+
+namespace mqa_logits::cuda_backend {
+namespace {
+
+[[noreturn]] void refuse_device_tensor(const char* argument) {
+  throw InvalidArgument(argument,
+                        "the tensor is on a CUDA device but this build of mqa_logits has no CUDA "
+                        "backend");
+}
+
+[[noreturn]] void no_device(const char* call) {
+  throw CudaError(std::string(call) + ": this build of mqa_logits has no CUDA backend");
+}
+
+}  // namespace
+
+bool available() { return false; }
+bool any_device() { return false; }
+int device_count() { return 0; }
+int current_device() { no_device("cudaGetDevice"); }
+int device_sm_count(int) { no_device("cudaDeviceGetAttribute"); }
+int device_compute_capability(int) { no_device("cudaDeviceGetAttribute"); }
+
+// Without the backend no memory can be device memory, so there is nothing to check.
+void require_device_pointer(const void*, int, const char*) {}
+void require_host_pointer(const void*, const char*) {}
+
+void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
+void run_paged(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
+
+void prefill_metadata(const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t, int,
+                      int, std::int32_t*, cudaStream_t) {
+  refuse_device_tensor("k_start");
+}
+
+void paged_metadata(const std::int32_t*, std::int64_t, std::int64_t, bool, const std::int32_t*,
+                    int, std::int32_t*, cudaStream_t) {
+  refuse_device_tensor("context_lens");
+}
+
+}  // namespace mqa_logits::cuda_backend

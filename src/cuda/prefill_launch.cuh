@@ -1,0 +1,61 @@
+// Launch of the sm90 prefill kernel for one (head dim, heads) instance. Included by the
+// per-head-dim instantiation files in src/kernels/sm90/, so the instances compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/tensor_map.hpp"
+#include "kernels/sm90/prefill_kernel.cuh"
+#include "mqa_logits/mqa_logits.hpp"
+#include "problem.hpp"
+
+namespace mqa_logits::cuda_backend {
+
+template <int kHeadDim, int kNumHeads>
+void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
+  using Tiling = sm90::PrefillTiling<kHeadDim, kNumHeads>;
+  const std::int64_t keys = std::max<std::int64_t>(problem.seq_len_kv, 1);
+  // With no keys nothing reads K: any valid address serves for its (unused) maps.
+  const void* kv = problem.seq_len_kv > 0 ? problem.kv : problem.q;
+  const void* kv_scales = problem.seq_len_kv > 0 ? problem.kv_scales : problem.q;
+  const TmaSwizzle swizzle = swizzle_for_row_bytes(kHeadDim);
+
+  sm90::PrefillParams params{};
+  params.q_map = make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                    problem.seq_len * kNumHeads, kHeadDim, kHeadDim,
+                                    Tiling::kBlockN, kHeadDim, swizzle);
+  params.kv_map = make_tensor_map_2d(kv, CU_TENSOR_MAP_DATA_TYPE_UINT8, keys, kHeadDim, kHeadDim,
+                                     Tiling::kTileKV, kHeadDim, swizzle);
+  params.kscale_map = make_tensor_map_1d(kv_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys,
+                                         Tiling::kScaleBox);
+  params.weights = problem.weights;
+  params.weights_row_stride = problem.weights_row_stride;
+  params.k_start = problem.k_start;
+  params.k_end = problem.k_end;
+  params.logits = problem.logits;
+  params.logits_row_stride = problem.logits_row_stride;
+  params.seq_len = problem.seq_len;
+  params.seq_len_kv = problem.seq_len_kv;
+  params.out_cols = problem.out_cols;
+  params.schedule_meta = problem.schedule_meta;
+  params.num_blocks = static_cast<int>(schedule::ceil_div(problem.seq_len, Tiling::kBlockQ));
+  params.weights_bf16 = problem.weights_dtype == DType::kBFloat16;
+  params.logits_bf16 = problem.logits_dtype == DType::kBFloat16;
+  params.compressed = problem.compressed;
+  params.clean_logits = problem.clean_logits;
+
+  const int grid = problem.schedule_meta != nullptr
+                       ? problem.schedule_workers
+                       : std::min(params.num_blocks, get_num_sms());
+  auto* kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Tiling::kSmemBytes),
+             "cudaFuncSetAttribute(prefill_logits_kernel)");
+  kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
+  check_cuda(cudaGetLastError(), "prefill_logits_kernel launch");
+}
+
+}  // namespace mqa_logits::cuda_backend

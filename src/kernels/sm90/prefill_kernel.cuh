@@ -1,0 +1,421 @@
+// FP8 prefill logits (SPEC operation 1) on sm_90a.
+//
+// Tiling. Query rows are cut into blocks of kBlockQ = 256 / H rows (schedule.hpp): two groups of
+// kGroupQ = 128 / H rows, i.e. kGroupN = 128 (query, head) columns, one group per math warpgroup.
+// Keys are the M side of the MMA. A work item is one 128-key tile of one block; both warpgroups
+// read the same tile (halving the L2 -> SM traffic per FLOP against one group per CTA) and each
+// multiplies its two 64-key halves with its own query group:
+//     acc[64 keys x 128 (q, h)] = K_half[64 x D] * Q_group[128 x D]^T   (wgmma m64n128k32 e4m3)
+// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]).
+//
+// Warp roles (384 threads, one CTA per SM, persistent):
+//   warpgroup 0, warp 0    producer: TMA loads of Q blocks (2 buffers) and K tiles + key scales
+//                          (kStages-deep ring), 40 registers.
+//   warpgroup 0, warps 1-3 cleaner: with clean_logits, writes -inf to the columns of each row that
+//                          no tile of its block covers (outside [lo, lo + 128 * tiles)), so the
+//                          main loop never waits on it; 40 registers.
+//   warpgroups 1-2         math + epilogue, 232 registers: two accumulator sets in registers, so
+//                          the relu * weight head reduction, the quad shuffles, the key scale and
+//                          the stores of one 64-key half run while the tensor cores compute the
+//                          next half.
+// Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
+// warp arrives on kv_empty once it has read the stage), q_full / q_empty per Q buffer.
+// Shared memory (D = 128): Q 2 x 32 KiB, K 8 x 16 KiB, key scales 8 x 640 B, barriers: ~197 KiB.
+//
+// Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
+// its contiguous segment of (block, tile) items. Every output element is computed by the same
+// instructions in the same order either way, so both give bitwise-identical logits.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/sm90/primitives.cuh"
+#include "schedule.hpp"
+
+namespace mqa_logits::sm90 {
+
+struct PrefillParams {
+  CUtensorMap q_map;       // [S * H, D] bytes, box 256 x D
+  CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
+  CUtensorMap kscale_map;  // [T] fp32, box 128
+  const void* weights;     // [S, H] fp32 or bf16
+  std::int64_t weights_row_stride;
+  const std::int32_t* k_start;
+  const std::int32_t* k_end;
+  void* logits;
+  std::int64_t logits_row_stride;
+  std::int64_t seq_len;
+  std::int64_t seq_len_kv;
+  std::int64_t out_cols;
+  const std::int32_t* schedule_meta;  // null: round-robin over blocks
+  int num_blocks;
+  bool weights_bf16;
+  bool logits_bf16;
+  bool compressed;
+  bool clean_logits;
+};
+
+template <int kHeadDim, int kNumHeads>
+struct PrefillTiling {
+  static constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
+  static constexpr int kBlockN = kBlockQ * kNumHeads;  // Q tile rows
+  static constexpr int kGroupQ = kBlockQ / 2;           // query rows per math warpgroup
+  static constexpr int kGroupN = kGroupQ * kNumHeads;   // MMA columns per math warpgroup
+  static constexpr int kTileKV = schedule::kPrefillTileKV;
+  static constexpr int kKeysPerMma = 64;  // keys per wgmma (M); a tile is two halves
+  static constexpr int kMathWarpgroups = 2;  // one per query group
+  static constexpr int kMathThreads = 128 * kMathWarpgroups;
+  static constexpr int kMathWarps = kMathThreads / 32;
+  static constexpr int kThreads = 128 + kMathThreads;
+  static constexpr int kStages = 8;
+  static constexpr int kQBuffers = 2;
+  static constexpr int kQBytes = kBlockN * kHeadDim;
+  static constexpr int kKVBytes = kTileKV * kHeadDim;
+  // Key scales of a tile, loaded from the 16-byte aligned key at or below its first key (TMA
+  // needs the inner box offset 16-byte aligned): up to 3 leading extra scales.
+  static constexpr int kScaleAlign = 4;
+  static constexpr int kScaleBox = kTileKV + kScaleAlign;
+  static constexpr int kScaleBytes = kScaleBox * 4;
+  static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
+  static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
+  static constexpr int kOutputsPerThread = kPartials / 4;
+  static constexpr int kSmemBytes = kQBuffers * kQBytes +
+                                    kStages * (kKVBytes + kScaleStride) +
+                                    8 * (2 * kStages + 2 * kQBuffers);
+  static_assert(kGroupN == 128, "the MMA is m64n128");
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
+};
+
+struct BlockSpan {
+  int block;
+  int first_item;  // items [first_item, end_item) of this block belong to this CTA
+  int end_item;
+  std::int64_t lo;  // first key of tile 0
+  int tiles;        // real tiles of the block (0 for an empty block)
+  int items;
+};
+
+// Key range of block b: min start / max end over its non-empty rows. Called by a full warp.
+template <int kBlockQ>
+__device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t row = static_cast<std::int64_t>(b) * kBlockQ + lane;
+  int lo = INT_MAX, hi = INT_MIN;
+  if (lane < kBlockQ && row < p.seq_len) {
+    const auto w = schedule::prefill_row_window(p.k_start[row], p.k_end[row], p.seq_len_kv);
+    if (w.lo < w.hi) {
+      lo = static_cast<int>(w.lo);
+      hi = static_cast<int>(w.hi);
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  const int tiles = hi > lo ? static_cast<int>(schedule::ceil_div(hi - lo, schedule::kPrefillTileKV)) : 0;
+  const int items = static_cast<int>(schedule::prefill_block_items(lo, hi));
+  return {b, 0, items, hi > lo ? lo : 0, tiles, items};
+}
+
+// Calls f(span) for every block span of this CTA, in order. Called by full warps.
+template <int kBlockQ, typename F>
+__device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
+  if (p.schedule_meta == nullptr) {
+    for (int b = blockIdx.x; b < p.num_blocks; b += gridDim.x) f(block_span<kBlockQ>(p, b));
+    return;
+  }
+  const std::int32_t* meta = p.schedule_meta + 2 * blockIdx.x;
+  int block = meta[0], item = meta[1];
+  const int end_block = min(meta[2], p.num_blocks), end_item = meta[3];
+  for (; block < end_block || (block == end_block && block < p.num_blocks && item < end_item);
+       ++block, item = 0) {
+    BlockSpan span = block_span<kBlockQ>(p, block);
+    span.first_item = item;
+    span.end_item = block == end_block ? min(end_item, span.items) : span.items;
+    f(span);
+  }
+}
+
+// Sums v[P] over the 4 lanes of a quad; lane c of the quad ends with the sums of p = 4i + c.
+template <int P>
+__device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (&out)[P / 4]) {
+  const bool odd = threadIdx.x & 1, upper = threadIdx.x & 2;
+  float half[P / 2];
+#pragma unroll
+  for (int i = 0; i < P / 2; ++i) {
+    const float keep = odd ? v[2 * i + 1] : v[2 * i];
+    const float send = odd ? v[2 * i] : v[2 * i + 1];
+    half[i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+#pragma unroll
+  for (int i = 0; i < P / 4; ++i) {
+    const float keep = upper ? half[2 * i + 1] : half[2 * i];
+    const float send = upper ? half[2 * i] : half[2 * i + 1];
+    out[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+}
+
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+__device__ __forceinline__ void store_logit(const PrefillParams& p, std::int64_t offset, float v) {
+  if (p.logits_bf16) {
+    static_cast<__nv_bfloat16*>(p.logits)[offset] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(p.logits)[offset] = v;
+  }
+}
+
+// Columns of `row` that tiles [lo, lo + 128 * tiles) of its block write.
+__device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int64_t row,
+                                                const BlockSpan& s, std::int64_t& first,
+                                                std::int64_t& last) {
+  const std::int64_t shift = p.compressed ? p.k_start[row] : 0;
+  first = s.tiles > 0 ? s.lo - shift : 0;
+  last = s.tiles > 0 ? s.lo + std::int64_t{schedule::kPrefillTileKV} * s.tiles - shift : 0;
+  first = max(std::int64_t{0}, min(first, p.out_cols));
+  last = max(first, min(last, p.out_cols));
+}
+
+// -inf into columns [a, b) of one row, 16-byte stores where aligned; `threads` threads stride.
+__device__ __forceinline__ void fill_neg_inf(const PrefillParams& p, std::int64_t row,
+                                             std::int64_t a, std::int64_t b, int thread, int threads) {
+  const int vector_shift = p.logits_bf16 ? 3 : 2;  // log2(elements per 16 bytes)
+  const std::int64_t vector_mask = (std::int64_t{1} << vector_shift) - 1;
+  const std::int64_t base = row * p.logits_row_stride;  // rows start 16-byte aligned
+  const std::int64_t body_a = min(b, (a + vector_mask) & ~vector_mask);
+  const std::int64_t body_b = max(body_a, b & ~vector_mask);
+  for (std::int64_t c = a + thread; c < body_a; c += threads) store_logit(p, base + c, neg_inf());
+  for (std::int64_t c = body_b + thread; c < b; c += threads) store_logit(p, base + c, neg_inf());
+  const std::uint32_t word = p.logits_bf16 ? 0xff80ff80u : 0xff800000u;  // -inf, in either dtype
+  const uint4 pattern = make_uint4(word, word, word, word);
+  auto* vectors = reinterpret_cast<uint4*>(static_cast<char*>(p.logits) +
+                                           ((base + body_a) << (p.logits_bf16 ? 1 : 2)));
+  const std::int64_t count = (body_b - body_a) >> vector_shift;
+  for (std::int64_t v = thread; v < count; v += threads) vectors[v] = pattern;
+}
+
+// One output row as the math warps see it: where it starts (null past S), its key window and
+// the key of its column 0.
+struct OutputRow {
+  void* logits;
+  int lo, hi, shift;
+};
+
+__device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int64_t row) {
+  if (row >= p.seq_len) return {nullptr, 0, 0, 0};
+  const std::int32_t start = p.k_start[row];
+  const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
+  char* base = static_cast<char*>(p.logits) + row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
+  return {base, static_cast<int>(win.lo), static_cast<int>(win.hi), p.compressed ? start : 0};
+}
+
+template <int kHeadDim, int kNumHeads>
+__global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 1)
+    prefill_logits_kernel(const __grid_constant__ PrefillParams p) {
+  using T = PrefillTiling<kHeadDim, kNumHeads>;
+  constexpr int kBlockQ = T::kBlockQ;
+
+  // 1024-byte aligned: the 128-byte swizzle atoms of the TMA tiles need it.
+  extern __shared__ __align__(1024) std::uint8_t smem[];
+  std::uint8_t* q_tiles = smem;
+  std::uint8_t* kv_tiles = q_tiles + T::kQBuffers * T::kQBytes;
+  std::uint8_t* scale_tiles = kv_tiles + T::kStages * T::kKVBytes;
+  Barrier* kv_full = reinterpret_cast<Barrier*>(scale_tiles + T::kStages * T::kScaleStride);
+  Barrier* kv_empty = kv_full + T::kStages;
+  Barrier* q_full = kv_empty + T::kStages;
+  Barrier* q_empty = q_full + T::kQBuffers;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&p.q_map);
+    prefetch_tensor_map(&p.kv_map);
+    prefetch_tensor_map(&p.kscale_map);
+    for (int s = 0; s < T::kStages; ++s) {
+      kv_full[s].init(1);
+      kv_empty[s].init(T::kMathWarps);
+    }
+    for (int s = 0; s < T::kQBuffers; ++s) {
+      q_full[s].init(1);
+      q_empty[s].init(T::kMathWarps);
+    }
+    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    // ================================ producer and cleaner ================================
+    lower_register_budget<40>();
+    if (warp == 0) {
+      RingPosition<T::kStages> kv;
+      RingPosition<T::kQBuffers> qb;
+      for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
+        const int tile_end = min(s.end_item, s.tiles);
+        if (s.first_item >= tile_end) return;
+        if (lane == 0) {
+          q_empty[qb.stage].wait(qb.phase ^ 1);
+          q_full[qb.stage].arrive_expect_bytes(T::kQBytes);
+          tma_load_2d(q_tiles + qb.stage * T::kQBytes, &p.q_map, 0, s.block * T::kBlockN, &q_full[qb.stage]);
+        }
+        qb.advance();
+        for (int t = s.first_item; t < tile_end; ++t) {
+          if (lane == 0) {
+            const int key0 = static_cast<int>(s.lo) + t * T::kTileKV;
+            kv_empty[kv.stage].wait(kv.phase ^ 1);
+            kv_full[kv.stage].arrive_expect_bytes(T::kKVBytes + T::kScaleBytes);
+            tma_load_2d(kv_tiles + kv.stage * T::kKVBytes, &p.kv_map, 0, key0, &kv_full[kv.stage]);
+            tma_load_2d(scale_tiles + kv.stage * T::kScaleStride, &p.kscale_map,
+                        key0 & ~(T::kScaleAlign - 1), 0, &kv_full[kv.stage]);
+          }
+          kv.advance();
+        }
+      });
+    } else if (p.clean_logits) {
+      const int thread = threadIdx.x - 32, threads = 96;
+      for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
+        for (int q = 0; q < kBlockQ; ++q) {
+          const std::int64_t row = static_cast<std::int64_t>(s.block) * kBlockQ + q;
+          if (row >= p.seq_len) break;
+          std::int64_t first, last;
+          covered_columns(p, row, s, first, last);
+          if (s.first_item == 0) fill_neg_inf(p, row, 0, first, thread, threads);
+          if (s.end_item == s.items) fill_neg_inf(p, row, last, p.out_cols, thread, threads);
+        }
+      });
+    }
+    return;
+  }
+
+  // ==================================== math + epilogue ====================================
+  raise_register_budget<232>();
+  const int math_wg = warp / 4 - 1;                 // also the query group it computes
+  const int quad_row = (warp % 4) * 16 + lane / 4;  // key row (r = 0) inside a 64-key half
+  RingPosition<T::kStages> kv;
+  RingPosition<T::kQBuffers> qb;
+  float acc0[64], acc1[64];
+
+  for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
+    const int tile_end = min(s.end_item, s.tiles);
+    if (s.first_item >= tile_end) return;
+    const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + math_wg * T::kGroupQ;
+
+    // Weights of this thread's 32 MMA columns n = 8j + 2(lane % 4) + c, as (q, h) = divmod(n, H).
+    float w[16][2];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int n = 8 * j + 2 * (lane % 4) + c;
+        const std::int64_t row = row0 + n / kNumHeads;
+        const std::int64_t at = row * p.weights_row_stride + n % kNumHeads;
+        w[j][c] = row >= p.seq_len ? 0.f
+                  : p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
+                                   : static_cast<const float*>(p.weights)[at];
+      }
+    }
+    // The query rows whose outputs this thread stores (p = 4i + lane % 4): where their logits
+    // rows start, their windows, and the key of their column 0. Keys and columns fit in 32 bits.
+    OutputRow out[T::kOutputsPerThread];
+#pragma unroll
+    for (int i = 0; i < T::kOutputsPerThread; ++i) {
+      out[i] = output_row(p, row0 + (4 * i + lane % 4) % T::kGroupQ);
+    }
+
+    // One arrival per warp once all its lanes are done with the buffer.
+    auto release = [&](Barrier& empty) {
+      __syncwarp();
+      if (lane == 0) empty.arrive();
+    };
+    const std::uint8_t* q_group = q_tiles + qb.stage * T::kQBytes + math_wg * T::kGroupN * kHeadDim;
+    q_full[qb.stage].wait(qb.phase);
+
+    // Issues the MMA of 64-key half `half` of the current stage into `acc`; returns the stage.
+    auto issue = [&](float(&acc)[64], auto half) {
+      const int stage = kv.stage;
+      kv_full[stage].wait(kv.phase);
+      if constexpr (half == 1) kv.advance();
+      wgmma_tile_e4m3<kHeadDim>(acc, kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim,
+                                q_group);
+      return stage;
+    };
+    // Epilogue of half `half` of tile t once its MMA has completed; `stage` still holds its key
+    // scales. The warp gives the stage back after its second half.
+    auto finish = [&](float(&acc)[64], int stage, int t, auto half) {
+      fence_accumulators(acc);
+      const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
+      const int half_row = half * T::kKeysPerMma + quad_row;
+      const float* ks = reinterpret_cast<const float*>(scale_tiles + stage * T::kScaleStride) +
+                        (tile_key0 & (T::kScaleAlign - 1)) + half_row;
+      const float kscale0 = ks[0], kscale1 = ks[8];
+      if constexpr (half == 1) release(kv_empty[stage]);
+      float partial[T::kPartials];
+#pragma unroll
+      for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int q = 8 * j / kNumHeads;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            partial[r * T::kGroupQ + q] =
+                fmaf(w[j][c], fmaxf(acc[4 * j + 2 * r + c], 0.f), partial[r * T::kGroupQ + q]);
+          }
+        }
+      }
+      float sums[T::kOutputsPerThread];
+      quad_reduce_scatter<T::kPartials>(partial, sums);
+#pragma unroll
+      for (int i = 0; i < T::kOutputsPerThread; ++i) {
+        const int r = (4 * i + lane % 4) / T::kGroupQ;
+        const int key = tile_key0 + half_row + 8 * r;
+        const int col = key - out[i].shift;
+        // Rows past S have no row; columns outside [0, out_cols) are not in the output.
+        if (out[i].logits == nullptr || static_cast<unsigned>(col) >= static_cast<unsigned>(p.out_cols)) continue;
+        const float v = key >= out[i].lo && key < out[i].hi ? sums[i] * (r ? kscale1 : kscale0) : neg_inf();
+        if (p.logits_bf16) {
+          reinterpret_cast<__nv_bfloat16*>(out[i].logits)[col] = __float2bfloat16_rn(v);
+        } else {
+          reinterpret_cast<float*>(out[i].logits)[col] = v;
+        }
+      }
+    };
+
+    // Two accumulator sets, one per 64-key half: the next half's MMA runs while this half is
+    // reduced and stored. Every path waits for a set before reusing it, which lets the compiler
+    // keep the wgmma pipeline asynchronous.
+    // Half u = 2t + h of the span's tiles goes to acc0 (h = 0) or acc1 (h = 1).
+    constexpr std::integral_constant<int, 0> kFirstHalf;
+    constexpr std::integral_constant<int, 1> kSecondHalf;
+    // The exit at the loop top never fires (spans have an even number of halves), but proving
+    // so lets the optimizer reshape the loop into a form ptxas no longer pipelines (it would
+    // serialize the wgmmas, warning C7514): hide the parity of half_end from it.
+    int half_end = 2 * tile_end;
+    asm("" : "+r"(half_end));
+    int stage0 = issue(acc0, kFirstHalf), stage1 = 0;
+    for (int u = 2 * s.first_item;; u += 2) {
+      if (u + 1 == half_end) {
+        wgmma_wait<0>();
+        finish(acc0, stage0, u / 2, kFirstHalf);
+        break;
+      }
+      stage1 = issue(acc1, kSecondHalf);
+      wgmma_wait<1>();
+      finish(acc0, stage0, u / 2, kFirstHalf);
+      if (u + 2 == half_end) {
+        wgmma_wait<0>();
+        finish(acc1, stage1, u / 2, kSecondHalf);
+        break;
+      }
+      stage0 = issue(acc0, kFirstHalf);
+      wgmma_wait<1>();
+      finish(acc1, stage1, u / 2, kSecondHalf);
+    }
+    release(q_empty[qb.stage]);
+    qb.advance();
+  });
+}
+
+}  // namespace mqa_logits::sm90

@@ -1,0 +1,81 @@
+// Schedule metadata on the host: the work items of each group (schedule.hpp says what a group
+// and an item are), then one split of the item list shared by both operations.
+#include "metadata.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "schedule.hpp"
+
+namespace mqa_logits::host {
+namespace {
+
+// Writes row k = (group, item within the group) of the first item of worker k, and row
+// `workers` = (number of groups, 0). A worker whose segment starts at the end of the list (more
+// workers than items) gets the end row too.
+void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out) {
+  std::int64_t total = 0;
+  for (const std::int64_t items : group_items) total += items;
+
+  const auto groups = static_cast<std::int64_t>(group_items.size());
+  std::int64_t group = 0;
+  std::int64_t group_first_item = 0;  // index, in the whole list, of group's first item
+  for (int k = 0; k <= workers; ++k) {
+    const std::int64_t begin = schedule::segment_begin(total, workers, k);
+    // Segment starts never decrease, so the walk over groups only moves forward.
+    while (group < groups && group_first_item + group_items[group] <= begin) {
+      group_first_item += group_items[group];
+      ++group;
+    }
+    const bool at_end = group == groups;
+    out[k * schedule::kMetaCols] = static_cast<std::int32_t>(group);
+    out[k * schedule::kMetaCols + 1] =
+        static_cast<std::int32_t>(at_end ? 0 : begin - group_first_item);
+  }
+}
+
+}  // namespace
+
+void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
+                      std::int64_t seq_len, std::int64_t seq_len_kv, int num_heads, int workers,
+                      std::int32_t* out) {
+  const std::int64_t block_q = schedule::prefill_block_q(num_heads);
+  std::vector<std::int64_t> block_items;
+  block_items.reserve(static_cast<std::size_t>(schedule::ceil_div(seq_len, block_q)));
+  for (std::int64_t first = 0; first < seq_len; first += block_q) {
+    // The block's key range spans its non-empty rows; empty rows add no keys.
+    std::int64_t lo = seq_len_kv;
+    std::int64_t hi = 0;
+    for (std::int64_t row = first; row < std::min(first + block_q, seq_len); ++row) {
+      const schedule::Window window =
+          schedule::prefill_row_window(k_start[row], k_end[row], seq_len_kv);
+      if (window.lo >= window.hi) continue;
+      lo = std::min(lo, window.lo);
+      hi = std::max(hi, window.hi);
+    }
+    block_items.push_back(schedule::prefill_block_items(lo, hi));
+  }
+  split_items(block_items, workers, out);
+}
+
+void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::int64_t lens_cols,
+                    bool lens_2d, const std::int32_t* /*indices*/, int workers,
+                    std::int32_t* out) {
+  // In the varlen form (indices given, next_n 1) every row is its own group, exactly as the
+  // sequences of next_n = 1 are: the indices only tell the kernel which rows share keys.
+  const int next_n = lens_2d ? static_cast<int>(lens_cols) : 1;
+  std::vector<std::int64_t> group_items;
+  group_items.reserve(static_cast<std::size_t>(batch));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    // A 1-D length is that of the sequence's last row, its longest.
+    std::int64_t length = 0;
+    for (int t = 0; t < next_n; ++t) {
+      length = std::max(length, schedule::paged_row_length(context_lens, lens_2d, b, next_n, t));
+    }
+    group_items.push_back(schedule::paged_group_items(length));
+  }
+  split_items(group_items, workers, out);
+}
+
+}  // namespace mqa_logits::host

@@ -1,0 +1,98 @@
+// Work decomposition shared by the schedule metadata (host and device) and the kernels that read
+// it. Host and device code include this one file, so the two sides cannot disagree.
+//
+// Prefill: query rows are cut into blocks of prefill_block_q(H) rows. Block b's key range is
+// [lo, hi) = [min start, max end) over its non-empty rows (clamped to [0, T)); its work items are
+// the kPrefillTileKV-key tiles from lo, at least one per block (an item of an empty block only
+// cleans).
+// Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
+// length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
+// splits, at least one per group.
+//
+// Metadata, int32 [W + 1, 2] for W workers: row k = (group or block, item within it) of the first
+// item of worker k; row W = (number of groups or blocks, 0). With I items in all, worker k gets
+// items [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at most one.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MQA_HOST_DEVICE __host__ __device__
+#else
+#define MQA_HOST_DEVICE
+#endif
+
+namespace mqa_logits::schedule {
+
+inline constexpr int kPrefillTileKV = 128;
+inline constexpr int kPagedSplitTokens = 256;
+inline constexpr int kMetaCols = 2;
+
+// A prefill block is what one CTA computes against each key tile: two groups of 128 / H query
+// rows (128 (query, head) MMA columns each), one per math warpgroup.
+MQA_HOST_DEVICE constexpr int prefill_block_q(int num_heads) { return 256 / num_heads; }
+
+MQA_HOST_DEVICE constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Items of a prefill block with key range [lo, hi), or of a decode group of length `len`.
+MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(std::int64_t lo, std::int64_t hi) {
+  return hi > lo ? ceil_div(hi - lo, kPrefillTileKV) : 1;
+}
+MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
+  return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;
+}
+
+// The split of `total` items over `workers` workers, computed once: begin(k) is the first item
+// of worker k.
+struct SegmentSplit {
+  std::int64_t base;
+  std::int64_t rem;
+  MQA_HOST_DEVICE constexpr SegmentSplit(std::int64_t total, int workers)
+      : base(total / workers), rem(total % workers) {}
+  MQA_HOST_DEVICE constexpr std::int64_t begin(int k) const { return k * base + (k < rem ? k : rem); }
+};
+
+// First item index of worker k among W workers sharing `total` items.
+MQA_HOST_DEVICE constexpr std::int64_t segment_begin(std::int64_t total, int workers, int k) {
+  return SegmentSplit(total, workers).begin(k);
+}
+
+// Key window of one prefill row, clamped to [0, T); empty when lo >= hi.
+struct Window {
+  std::int64_t lo;
+  std::int64_t hi;
+};
+MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int32_t end,
+                                                    std::int64_t seq_len_kv) {
+  const std::int64_t lo = start > 0 ? start : 0;
+  const std::int64_t hi = end < seq_len_kv ? end : seq_len_kv;
+  return {lo, hi};
+}
+
+// Context length of decode row t (of N) of sequence b.
+MQA_HOST_DEVICE constexpr std::int64_t paged_row_length(const std::int32_t* context_lens,
+                                                        bool lens_2d, std::int64_t b, int next_n,
+                                                        int t) {
+  const std::int64_t len = lens_2d ? context_lens[b * next_n + t]
+                                   : static_cast<std::int64_t>(context_lens[b]) - next_n + t + 1;
+  return len > 0 ? len : 0;
+}
+
+// The length decode unit `unit` (a sequence, or a row in the varlen form) splits into items: its
+// longest row. `lens_cols` is the column count of 2-D lengths (next_n); a 1-D length is already
+// that of the sequence's last, longest row.
+MQA_HOST_DEVICE constexpr std::int64_t paged_unit_length(const std::int32_t* context_lens,
+                                                         bool lens_2d, std::int64_t lens_cols,
+                                                         std::int64_t unit) {
+  const int cols = lens_2d ? static_cast<int>(lens_cols) : 1;
+  std::int64_t length = 0;
+  for (int t = 0; t < cols; ++t) {
+    const std::int64_t len = paged_row_length(context_lens, lens_2d, unit, cols, t);
+    length = len > length ? len : length;
+  }
+  return length;
+}
+
+}  // namespace mqa_logits::schedule

@@ -1,0 +1,58 @@
+// Validation of the public entry points: every check of SPEC "Errors" runs here, before any
+// backend sees the call, and produces the descriptors the backends consume.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "mqa_logits/mqa_logits.hpp"
+#include "problem.hpp"
+
+namespace mqa_logits {
+
+PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
+                                const TensorView& weights, const TensorView& k_start,
+                                const TensorView& k_end, const TensorView& logits,
+                                const MqaLogitsOptions& options);
+
+PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache,
+                            const TensorView& weights, const TensorView& context_lens,
+                            const TensorView& block_table, const TensorView& schedule_meta,
+                            std::int64_t max_context_len, const TensorView& logits,
+                            const PagedMqaLogitsOptions& options);
+
+// Validated arguments of get_mqa_logits_metadata.
+struct PrefillMetadataRequest {
+  Device device{};
+  const std::int32_t* k_start = nullptr;  // [seq_len]
+  const std::int32_t* k_end = nullptr;    // [seq_len]
+  std::int64_t seq_len = 0;
+  std::int64_t seq_len_kv = 0;
+  int num_heads = 0;
+  int workers = 0;
+  std::int32_t* out = nullptr;  // [workers + 1, 2]
+};
+
+// `workers`: the worker count the output must be sized for (get_num_sms()).
+PrefillMetadataRequest validate_prefill_metadata(const TensorView& k_start,
+                                                 const TensorView& k_end,
+                                                 std::int64_t seq_len_kv, int num_heads,
+                                                 int workers, const TensorView& out);
+
+// Validated arguments of get_paged_mqa_logits_metadata.
+struct PagedMetadataRequest {
+  Device device{};
+  const std::int32_t* context_lens = nullptr;  // [batch] or [batch, lens_cols]
+  std::int64_t batch = 0;
+  std::int64_t lens_cols = 1;
+  bool lens_2d = false;
+  const std::int32_t* indices = nullptr;  // [batch] or null
+  int workers = 0;
+  std::int32_t* out = nullptr;  // [workers + 1, 2]
+};
+
+PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int block_kv,
+                                             int num_sms, const TensorView& out,
+                                             const std::optional<TensorView>& indices);
+
+}  // namespace mqa_logits

@@ -1,0 +1,132 @@
+// Shared pieces of the GPU tests: skipping without a GPU, device buffers, uploading workloads,
+// poisoned outputs, and the comparison of GPU logits against the CPU backend.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mqa_logits/mqa_logits.hpp"
+#include "support/reference.hpp"
+#include "support/workload.hpp"
+
+namespace mqa_logits::gpu_test {
+
+inline void check(cudaError_t status, const char* what) {
+  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
+}
+
+// Base fixture: skips (visibly) where no sm_90 GPU is present.
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+  }
+};
+
+inline constexpr Device kGpu{DeviceType::kCUDA, 0};
+
+// Owning device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+  // 0xff bytes: NaN in fp32 and bf16, so an element the kernel fails to write stays NaN.
+  void poison() { check(cudaMemset(data_, 0xff, bytes_), "cudaMemset"); }
+
+  std::vector<std::byte> download() const {
+    std::vector<std::byte> host(bytes_);
+    if (bytes_ > 0) check(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Device copies of every input buffer of a workload, and their pointers in slot order.
+struct DeviceInputs {
+  std::vector<DeviceBuffer> buffers;
+  std::vector<void*> pointers;
+};
+
+inline DeviceInputs upload(const std::vector<support::HostBuffer>& host) {
+  DeviceInputs device;
+  for (const auto& buffer : host) {
+    DeviceBuffer copy(buffer.bytes.size());
+    if (!buffer.bytes.empty()) {
+      check(cudaMemcpy(copy.data(), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
+            "cudaMemcpy H2D");
+    }
+    device.pointers.push_back(copy.data());
+    device.buffers.push_back(std::move(copy));
+  }
+  return device;
+}
+
+inline std::vector<std::int64_t> every_row(std::int64_t rows) { return support::all_rows(rows); }
+
+// Compares GPU logits with the CPU backend's on every row: with clean_logits the -inf pattern
+// must be identical; every in-window element must be finite; the SPEC's diff between the two
+// over in-window elements must be below the quantized-oracle bound. Also checks the GPU output
+// against the float64 oracle on a sample of rows.
+template <typename Workload>
+void expect_matches_cpu(const Workload& workload, const std::vector<std::byte>& gpu,
+                        const std::vector<std::byte>& cpu) {
+  const OutputLayout& layout = workload.layout;
+  const DType dtype = workload.spec.logits_dtype;
+  const bool clean = workload.spec.clean_logits;
+  const double tolerance = support::spec_tolerance(workload.spec.format, workload.spec.weights_dtype,
+                                                   dtype, support::Operands::kQuantized);
+  support::DiffMetric metric;
+  std::int64_t mismatched_masks = 0, unwritten = 0;
+  std::string first_problem;
+  for (std::int64_t row = 0; row < layout.rows; ++row) {
+    for (std::int64_t col = 0; col < layout.cols; ++col) {
+      const double c = support::read_logit(cpu.data(), dtype, layout, row, col);
+      const double g = support::read_logit(gpu.data(), dtype, layout, row, col);
+      const bool in_window = !std::isinf(c);
+      if (in_window) {
+        if (!std::isfinite(g)) {
+          if (unwritten++ == 0) first_problem = "row " + std::to_string(row) + " col " + std::to_string(col) + " in window but " + std::to_string(g);
+          continue;
+        }
+        metric.add(c, g);
+      } else if (clean && !(std::isinf(g) && g < 0)) {
+        if (mismatched_masks++ == 0) first_problem = "row " + std::to_string(row) + " col " + std::to_string(col) + " outside the window but " + std::to_string(g);
+      }
+    }
+  }
+  EXPECT_EQ(unwritten, 0) << first_problem;
+  EXPECT_EQ(mismatched_masks, 0) << first_problem;
+  EXPECT_LT(metric.value(), tolerance) << "GPU vs CPU backend diff";
+
+  const auto rows = support::sample_rows(layout.rows, 16, 1);
+  const auto oracle = support::verify_rows(workload, gpu.data(), rows, support::Operands::kQuantized);
+  EXPECT_TRUE(oracle.ok) << oracle.first_failure;
+}
+
+}  // namespace mqa_logits::gpu_test

@@ -1,0 +1,173 @@
+// Validation of device tensors on a real GPU: host memory passed as a CUDA tensor (and the
+// reverse), device alignment, mixed devices, SM counts. Every refusal names the argument, leaves
+// the device output untouched and leaves no CUDA error behind.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_backend.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "validation_inputs.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using gpu_test::DeviceBuffer;
+using gpu_test::kGpu;
+using test::expect_refused;
+using test::PrefillInputs;
+
+DeviceBuffer upload(const void* host, std::size_t bytes) {
+  DeviceBuffer buffer(bytes);
+  gpu_test::check(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  return buffer;
+}
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  return upload(host.data(), host.size() * sizeof(T));
+}
+
+// A prefill call whose tensors all live on the GPU, built from host inputs.
+class DevicePrefill : public gpu_test::GpuTest {
+ protected:
+  void SetUp() override {
+    gpu_test::GpuTest::SetUp();
+    if (IsSkipped()) return;
+    q_ = upload(in_.q_data);
+    kv_ = upload(in_.kv_data);
+    kv_scales_ = upload(in_.kv_scale_data);
+    weights_ = upload(in_.weights_data);
+    start_ = upload(in_.start_data);
+    end_ = upload(in_.end_data);
+    logits_ = upload(in_.out.bytes);  // poisoned
+    place(in_.q.values, q_);
+    place(in_.kv.values, kv_);
+    place(*in_.kv.scales, kv_scales_);
+    place(in_.weights, weights_);
+    place(in_.k_start, start_);
+    place(in_.k_end, end_);
+    place(in_.logits, logits_);
+  }
+
+  static void place(TensorView& view, const DeviceBuffer& buffer) {
+    view.data = buffer.data();
+    view.device = kGpu;
+  }
+
+  // The call is refused naming `argument`; nothing reached the output or the error state.
+  void expect_refused_call(const std::string& argument) {
+    expect_refused([&] { in_.call(); }, argument);
+    const auto after = logits_.download();
+    EXPECT_TRUE(std::all_of(after.begin(), after.end(),
+                            [](std::byte b) { return b == std::byte{test::kPoison}; }));
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+
+  PrefillInputs in_;
+  DeviceBuffer q_, kv_, kv_scales_, weights_, start_, end_, logits_;
+};
+
+TEST_F(DevicePrefill, RefusesHostMemoryMarkedAsDevice) {
+  in_.weights.data = in_.weights_data.data();
+  expect_refused_call("weights");
+}
+
+TEST_F(DevicePrefill, RefusesMixedDevices) {
+  in_.k_end.data = in_.end_data.data();
+  in_.k_end.device = Device{};
+  expect_refused_call("k_end");
+}
+
+TEST_F(DevicePrefill, RefusesAnInvisibleDeviceIndex) {
+  int count = 0;
+  gpu_test::check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  for (TensorView* view : {&in_.q.values, &in_.kv.values, &*in_.kv.scales, &in_.weights,
+                           &in_.k_start, &in_.k_end, &in_.logits}) {
+    view->device.index = count;
+  }
+  expect_refused_call("q");
+}
+
+TEST_F(DevicePrefill, RefusesMisalignedDeviceData) {
+  // The keys 8 bytes into a larger allocation: element-aligned, but not 16-byte aligned.
+  const DeviceBuffer larger(in_.kv_data.size() + 16);
+  in_.kv.values.data = static_cast<std::uint8_t*>(larger.data()) + 8;
+  expect_refused_call("kv");
+}
+
+TEST_F(DevicePrefill, RefusesLogitsRowsNotSixteenByteAligned) {
+  in_.logits.strides[0] = in_.logits.shape[1] + 1;  // 51 fp32 = 204 bytes apart
+  expect_refused_call("logits");
+}
+
+TEST_F(DevicePrefill, RefusesDeviceMemoryMarkedAsHost) {
+  // Every tensor on the host but one whose pointer is device memory.
+  PrefillInputs host;
+  host.k_start.data = start_.data();
+  expect_refused([&] { host.call(); }, "k_start");
+  EXPECT_TRUE(host.out.untouched());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(DevicePrefill, BackendPointerChecks) {
+  EXPECT_NO_THROW(cuda_backend::require_device_pointer(q_.data(), 0, "q"));
+  EXPECT_NO_THROW(cuda_backend::require_host_pointer(in_.q_data.data(), "q"));
+  expect_refused([&] { cuda_backend::require_device_pointer(in_.q_data.data(), 0, "x"); }, "x");
+  expect_refused([&] { cuda_backend::require_host_pointer(q_.data(), "y"); }, "y");
+  void* managed = nullptr;
+  gpu_test::check(cudaMallocManaged(&managed, 256), "cudaMallocManaged");
+  EXPECT_NO_THROW(cuda_backend::require_device_pointer(managed, 0, "m"));
+  EXPECT_NO_THROW(cuda_backend::require_host_pointer(managed, "m"));
+  gpu_test::check(cudaFree(managed), "cudaFree");
+  void* pinned = nullptr;
+  gpu_test::check(cudaMallocHost(&pinned, 256), "cudaMallocHost");
+  expect_refused([&] { cuda_backend::require_device_pointer(pinned, 0, "p"); }, "p");
+  EXPECT_NO_THROW(cuda_backend::require_host_pointer(pinned, "p"));
+  gpu_test::check(cudaFreeHost(pinned), "cudaFreeHost");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
+  test::PagedInputs paged;
+  const DeviceBuffer q = upload(paged.q_data), cache = upload(paged.cache_data),
+                     weights = upload(paged.weights_data), lens = upload(paged.lens_data),
+                     meta = upload(paged.meta_data), logits = upload(paged.out.bytes);
+  place(paged.q.values, q);
+  place(paged.kv_cache, cache);
+  place(paged.weights, weights);
+  place(paged.context_lens, lens);
+  place(paged.schedule_meta, meta);
+  place(paged.logits, logits);
+  paged.block_table.device = kGpu;  // but still host memory
+  expect_refused([&] { paged.call(); }, "block_table");
+  const auto after = logits.download();
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
+                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST_F(DevicePrefill, SmCountSettings) {
+  int device = 0;
+  gpu_test::check(cudaGetDevice(&device), "cudaGetDevice");
+  int sms = 0;
+  gpu_test::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sms");
+  const int before = get_num_sms();
+  expect_refused([&] { set_num_sms(sms + 1); }, "num_sms");
+  EXPECT_NO_THROW(set_num_sms(sms));
+  EXPECT_EQ(get_num_sms(), sms);
+  EXPECT_NO_THROW(set_num_sms(1));
+  EXPECT_EQ(get_num_sms(), 1);
+  set_num_sms(before);
+  EXPECT_TRUE(cuda_backend_available());
+}
+
+}  // namespace
+}  // namespace mqa_logits

@@ -1,0 +1,184 @@
+// GPU prefill (mqa_logits) against the CPU backend: the option matrix, edge cases, repeatability
+// and scheduled == unscheduled. Skipped where no sm_90 GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using gpu_test::DeviceBuffer;
+using gpu_test::GpuTest;
+using gpu_test::kGpu;
+using support::PrefillSpec;
+using support::PrefillWorkload;
+using support::WindowKind;
+
+// The CPU backend's logits, always with clean_logits so that -inf marks the windows exactly.
+std::vector<std::byte> cpu_logits(const PrefillWorkload& workload) {
+  std::vector<std::byte> out(workload.logits_bytes());
+  auto in = workload.host_inputs();
+  in.options.clean_logits = true;
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data()), in.options);
+  return out;
+}
+
+// Runs the GPU on poisoned output; `schedule_meta` (device, optional) is passed through.
+std::vector<std::byte> gpu_logits(const PrefillWorkload& workload, const gpu_test::DeviceInputs& device,
+                                  DeviceBuffer& out, const std::optional<TensorView>& schedule_meta = {}) {
+  out.poison();
+  auto in = workload.inputs(device.pointers, kGpu);
+  in.options.schedule_meta = schedule_meta;
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data(), kGpu), in.options);
+  gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return out.download();
+}
+
+void run_and_compare(const PrefillSpec& spec) {
+  const auto workload = support::make_prefill_workload(spec);
+  const auto device = gpu_test::upload(workload.buffers);
+  DeviceBuffer out(workload.logits_bytes());
+  const auto gpu = gpu_logits(workload, device, out);
+  gpu_test::expect_matches_cpu(workload, gpu, cpu_logits(workload));
+}
+
+std::string describe(const PrefillSpec& s) {
+  return "S" + std::to_string(s.seq_len) + "_T" + std::to_string(s.seq_len_kv) + "_H" +
+         std::to_string(s.num_heads) + "_D" + std::to_string(s.head_dim) + "_w" +
+         dtype_name(s.weights_dtype) + "_out" + dtype_name(s.logits_dtype) + (s.clean_logits ? "_clean" : "_unclean") +
+         "_msk" + std::to_string(s.max_seqlen_k) + "_" + support::window_kind_name(s.windows);
+}
+
+// The option matrix: every (H, D, weights/logits dtype) with clean, compressed and the window
+// kinds cycled through so that each value meets every other dimension's values.
+std::vector<PrefillSpec> option_matrix() {
+  std::vector<PrefillSpec> specs;
+  const std::pair<DType, DType> dtypes[] = {{DType::kFloat32, DType::kFloat32},
+                                            {DType::kFloat32, DType::kBFloat16},
+                                            {DType::kBFloat16, DType::kBFloat16}};
+  const WindowKind windows[] = {WindowKind::kCausal, WindowKind::kRandom, WindowKind::kFull,
+                                WindowKind::kContextParallel};
+  int index = 0;
+  for (int heads : {8, 16, 32, 64}) {
+    for (int dim : {32, 64, 128}) {
+      for (const auto& [weights, logits] : dtypes) {
+        PrefillSpec s;
+        s.seq_len = 37 + 11 * (index % 5);
+        s.seq_len_kv = 300 + 97 * (index % 7);
+        s.num_heads = heads;
+        s.head_dim = dim;
+        s.weights_dtype = weights;
+        s.logits_dtype = logits;
+        s.clean_logits = index % 2 == 0;
+        s.max_seqlen_k = index % 3 == 0 ? 173 : 0;
+        s.windows = windows[index % 4];
+        s.weights_row_stride = index % 5 == 0 ? heads + 8 : 0;
+        s.seed = 1000 + index;
+        specs.push_back(s);
+        ++index;
+      }
+    }
+  }
+  return specs;
+}
+
+class PrefillOptionMatrix : public ::testing::TestWithParam<PrefillSpec> {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+  }
+};
+
+TEST_P(PrefillOptionMatrix, MatchesCpuBackend) { run_and_compare(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Gpu, PrefillOptionMatrix, ::testing::ValuesIn(option_matrix()),
+                         [](const auto& info) { return describe(info.param); });
+
+class PrefillGpu : public GpuTest {};
+
+PrefillSpec edge(std::int64_t s, std::int64_t t, WindowKind windows, std::uint64_t seed) {
+  PrefillSpec spec;
+  spec.seq_len = s;
+  spec.seq_len_kv = t;
+  spec.windows = windows;
+  spec.seed = seed;
+  return spec;
+}
+
+TEST_F(PrefillGpu, SingleQuerySingleKey) { run_and_compare(edge(1, 1, WindowKind::kFull, 1)); }
+TEST_F(PrefillGpu, NonMultiplesOfEveryTile) { run_and_compare(edge(129, 4100, WindowKind::kCausal, 2)); }
+TEST_F(PrefillGpu, EmptyInvertedNegativeAndPastEndWindows) {
+  run_and_compare(edge(129, 4100, WindowKind::kRandom, 3));
+}
+TEST_F(PrefillGpu, ContextParallelSplitWindows) {
+  run_and_compare(edge(256, 2048, WindowKind::kContextParallel, 4));
+}
+TEST_F(PrefillGpu, CompressedOutputDropsColumnsPastWidth) {
+  auto spec = edge(129, 4100, WindowKind::kRandom, 5);
+  spec.max_seqlen_k = 1000;
+  run_and_compare(spec);
+  spec.clean_logits = false;
+  run_and_compare(spec);
+}
+TEST_F(PrefillGpu, NoKeysCompressedStillCleans) {
+  auto spec = edge(33, 0, WindowKind::kCausal, 6);
+  spec.max_seqlen_k = 64;
+  run_and_compare(spec);
+}
+TEST_F(PrefillGpu, NoQueriesWritesNothing) { run_and_compare(edge(0, 128, WindowKind::kCausal, 7)); }
+TEST_F(PrefillGpu, DeepSeekShapedChunk) { run_and_compare(edge(512, 8192, WindowKind::kCausal, 8)); }
+
+TEST_F(PrefillGpu, RepeatedCallsAreBitwiseIdentical) {
+  const auto workload = support::make_prefill_workload(edge(200, 3000, WindowKind::kRandom, 9));
+  const auto device = gpu_test::upload(workload.buffers);
+  DeviceBuffer out(workload.logits_bytes());
+  const auto first = gpu_logits(workload, device, out);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(gpu_logits(workload, device, out), first) << "call " << i;
+  }
+}
+
+// Device metadata equals host metadata, and the scheduled kernel equals the unscheduled one.
+TEST_F(PrefillGpu, ScheduledEqualsUnscheduledBitwise) {
+  for (WindowKind windows : {WindowKind::kCausal, WindowKind::kRandom, WindowKind::kContextParallel}) {
+    auto spec = edge(333, 5000, windows, 10);
+    spec.num_heads = windows == WindowKind::kRandom ? 16 : 64;
+    const auto workload = support::make_prefill_workload(spec);
+    const auto device = gpu_test::upload(workload.buffers);
+    const int workers = get_num_sms();
+    const auto rows = schedule_meta_rows(workers);
+
+    std::vector<std::int32_t> host_meta(rows * 2);
+    const auto host_in = workload.host_inputs();
+    get_mqa_logits_metadata(host_in.k_start, host_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads),
+                            TensorView::contiguous(host_meta.data(), DType::kInt32, {rows, 2}));
+    DeviceBuffer meta(host_meta.size() * sizeof(std::int32_t));
+    const auto dev_in = workload.inputs(device.pointers, kGpu);
+    const auto meta_view = TensorView::contiguous(meta.data(), DType::kInt32, {rows, 2}, kGpu);
+    get_mqa_logits_metadata(dev_in.k_start, dev_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads), meta_view);
+    const auto device_meta = meta.download();
+    ASSERT_EQ(std::memcmp(device_meta.data(), host_meta.data(), device_meta.size()), 0) << "device metadata";
+
+    DeviceBuffer out(workload.logits_bytes());
+    const auto unscheduled = gpu_logits(workload, device, out);
+    const auto scheduled = gpu_logits(workload, device, out, meta_view);
+    EXPECT_EQ(scheduled, unscheduled) << support::window_kind_name(windows);
+  }
+}
+
+// Compact cases for compute-sanitizer (memcheck, racecheck, synccheck): every code path once.
+TEST_F(PrefillGpu, CompactForSanitizer) {
+  auto spec = edge(17, 260, WindowKind::kRandom, 11);
+  run_and_compare(spec);
+  spec.max_seqlen_k = 100;
+  spec.logits_dtype = DType::kBFloat16;
+  spec.weights_dtype = DType::kBFloat16;
+  run_and_compare(spec);
+}
+
+}  // namespace
+}  // namespace mqa_logits

@@ -1,0 +1,193 @@
+"""GPU results against the float64 formula and the CPU backend on the same inputs; bitwise
+stability (repeated calls, schedule metadata); torch's current stream and CUDA-graph capture.
+
+Skipped, with the reason printed, without torch, a CUDA GPU or the CUDA backend.
+"""
+
+import numpy as np
+import pytest
+
+import mqa_logits
+from reference import (FORMATS, as_numpy, check_logits, make_paged, make_prefill, spec_diff,
+                       tolerance)
+from support import requires_gpu, torch
+
+pytestmark = requires_gpu
+
+# Formats with CUDA kernels; the others are refused on the GPU (tested below).
+GPU_FORMATS = ["fp8"]
+
+
+def bits(x):
+    """A tensor's bit pattern, so -inf, NaN and signed zeros compare exactly."""
+    return x.view(torch.int16 if x.element_size() == 2 else torch.int32).cpu()
+
+
+def assert_bitwise_equal(a, b):
+    assert torch.equal(bits(a), bits(b))
+
+
+def compare_gpu_with_cpu(gpu, cpu, case, clean, bf16):
+    """GPU within SPEC tolerance of the oracle and of the CPU backend, same -inf pattern."""
+    mask = case.mask()
+    gpu_values, cpu_values = as_numpy(gpu), as_numpy(cpu)
+    check_logits(gpu_values, case.expected(), mask, clean=clean, bf16=bf16, elementwise=False)
+    assert spec_diff(gpu_values[mask], cpu_values[mask]) < tolerance(bf16)
+    if clean:
+        assert np.array_equal(np.isneginf(gpu_values), np.isneginf(cpu_values))
+
+
+def prefill_on(case, device, **options):
+    return mqa_logits.fp8_fp4_mqa_logits(**case.api_args("torch", device), **options)
+
+
+@pytest.mark.parametrize("fmt", GPU_FORMATS)
+@pytest.mark.parametrize("num_heads,head_dim", [(8, 32), (16, 64), (32, 128), (64, 128)])
+@pytest.mark.parametrize("logits_dtype", ["float32", "bfloat16"])
+def test_prefill_gpu_matches_cpu(rng, fmt, num_heads, head_dim, logits_dtype):
+    case = make_prefill(rng, fmt, 190, num_heads, head_dim, 1031)
+    gpu = prefill_on(case, "cuda", logits_dtype=logits_dtype)
+    assert gpu.is_cuda and gpu.shape == (190, 1031)
+    cpu = prefill_on(case, "cpu", logits_dtype=logits_dtype)
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=logits_dtype == "bfloat16")
+    for _ in range(3):
+        assert_bitwise_equal(prefill_on(case, "cuda", logits_dtype=logits_dtype), gpu)
+
+
+@pytest.mark.parametrize("fmt", GPU_FORMATS)
+def test_prefill_schedule_metadata_and_compressed_output(rng, fmt):
+    seq_len, seq_len_kv, width = 257, 2000, 512
+    start = rng.integers(0, seq_len_kv, size=seq_len).astype(np.int32)
+    end = np.minimum(start + rng.integers(0, 700, size=seq_len), seq_len_kv).astype(np.int32)
+    case = make_prefill(rng, fmt, seq_len, 64, 128, seq_len_kv, windows=(start, end))
+    args = case.api_args("torch", "cuda")
+    meta = mqa_logits.get_mqa_logits_metadata(args["cu_seq_len_k_start"],
+                                              args["cu_seq_len_k_end"], case.seq_len_kv, 64)
+    assert meta.is_cuda and meta.shape == (mqa_logits.get_num_sms() + 1, 2)
+    plain = mqa_logits.fp8_fp4_mqa_logits(**args)
+    assert_bitwise_equal(mqa_logits.fp8_fp4_mqa_logits(**args, schedule_meta=meta), plain)
+
+    compressed = mqa_logits.fp8_fp4_mqa_logits(**args, clean_logits=False, max_seqlen_k=width)
+    cpu = mqa_logits.fp8_fp4_mqa_logits(**case.api_args("torch", "cpu"), clean_logits=False,
+                                        max_seqlen_k=width)
+    mask = np.arange(width)[None, :] < (end - start)[:, None]
+    gpu_values, cpu_values = as_numpy(compressed), as_numpy(cpu)
+    assert spec_diff(gpu_values[mask], cpu_values[mask]) < tolerance(False)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in GPU_FORMATS])
+def test_formats_without_cuda_kernels_are_refused_on_the_gpu(rng, fmt):
+    case = make_prefill(rng, fmt, 8, 64, 128, 64)
+    with pytest.raises(ValueError, match="q"):
+        prefill_on(case, "cuda")
+
+
+def paged_on(case, device, **options):
+    args = case.api_args("torch", device)
+    meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], case.block_kv,
+                                                    mqa_logits.get_num_sms(), args["indices"])
+    return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args, **options)
+
+
+@pytest.mark.parametrize("fmt", GPU_FORMATS)
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("block_kv", [32, 64])
+def test_paged_gpu_matches_cpu(rng, fmt, next_n, block_kv):
+    case = make_paged(rng, fmt, batch=9, next_n=next_n, num_heads=64, head_dim=128,
+                      block_kv=block_kv, max_context_len=3000, padded_blocks=block_kv == 32)
+    gpu = paged_on(case, "cuda", clean_logits=True)
+    cpu = paged_on(case, "cpu", clean_logits=True)
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=False)
+    for _ in range(3):
+        assert_bitwise_equal(paged_on(case, "cuda", clean_logits=True), gpu)
+
+
+@pytest.mark.parametrize("lens_2d", [True, False])
+def test_paged_varlen_and_context_forms(rng, lens_2d):
+    case = make_paged(rng, "fp8", batch=12, next_n=1, num_heads=64, head_dim=128, block_kv=64,
+                      max_context_len=2500, lens_2d=lens_2d, varlen=lens_2d)
+    gpu = paged_on(case, "cuda", clean_logits=True, logits_dtype="bfloat16")
+    cpu = paged_on(case, "cpu", clean_logits=True, logits_dtype="bfloat16")
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=True)
+
+
+def test_inputs_on_two_devices_are_refused(rng):
+    case = make_prefill(rng, "fp8", 8, 16, 64, 40)
+    args = case.api_args("torch", "cuda")
+    args["kv"] = tuple(t.cpu() for t in args["kv"])
+    with pytest.raises(ValueError, match="kv"):
+        mqa_logits.fp8_fp4_mqa_logits(**args)
+
+
+def test_work_runs_on_the_current_stream(rng):
+    case = make_paged(rng, "fp8", 6, 2, 64, 128, 64, 4000)
+    expected = paged_on(case, "cuda", clean_logits=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        args = case.api_args("torch", "cuda")
+        # q holds poison until a long kernel ends: work queued on any other stream reads it.
+        q = torch.empty_like(args["q"])
+        q.view(torch.uint8).fill_(0x38)
+        torch.cuda._sleep(50_000_000)
+        q.copy_(args["q"])
+        args["q"] = q
+        meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], 64,
+                                                        mqa_logits.get_num_sms())
+        result = mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, clean_logits=True,
+                                                     **args)
+    side.synchronize()
+    assert_bitwise_equal(result, expected)
+
+
+def test_cuda_graph_capture_and_replay(rng):
+    """Metadata and logits captured in one graph follow in-place updates of the inputs."""
+    first = make_paged(rng, "fp8", 8, 2, 64, 128, 64, 2000)
+    second = make_paged(rng, "fp8", 8, 2, 64, 128, 64, 2000)
+    static = first.api_args("torch", "cuda")
+
+    def step():
+        meta = mqa_logits.get_paged_mqa_logits_metadata(static["context_lens"], 64,
+                                                        mqa_logits.get_num_sms())
+        return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, clean_logits=True,
+                                                   **static)
+
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step()
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+
+    for case in (first, second):
+        fresh = case.api_args("torch", "cuda")
+        for name in ("q", "kv_cache", "weights", "context_lens", "block_table"):
+            static[name].copy_(fresh[name])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(captured, paged_on(case, "cuda", clean_logits=True))
+
+
+def test_prefill_cuda_graph_capture(rng):
+    case = make_prefill(rng, "fp8", 300, 64, 128, 1500)
+    static = case.api_args("torch", "cuda")
+
+    def step():
+        meta = mqa_logits.get_mqa_logits_metadata(static["cu_seq_len_k_start"],
+                                                  static["cu_seq_len_k_end"], 1500, 64)
+        return mqa_logits.fp8_fp4_mqa_logits(schedule_meta=meta, **static)
+
+    expected = step()
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step()
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(captured, expected)

@@ -1,0 +1,109 @@
+"""Decode (paged KV cache) logits on the CPU backend against the float64 formula."""
+
+import numpy as np
+import pytest
+
+import mqa_logits
+from reference import FORMATS, as_numpy, check_logits, make_paged
+from support import requires_torch, skip_unless_supported, torch
+
+
+def run(case, framework="numpy", **options):
+    args = case.api_args(framework)
+    meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], case.block_kv,
+                                                    mqa_logits.get_num_sms(), args["indices"])
+    return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args, **options)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 5, 6, 8])
+def test_matches_float64_formula(rng, framework, fmt, next_n):
+    skip_unless_supported(fmt, framework)
+    case = make_paged(rng, fmt, batch=3, next_n=next_n, num_heads=32, head_dim=128,
+                      block_kv=64, max_context_len=300)
+    logits = run(case, framework, clean_logits=True)
+    assert logits.shape == (3 * next_n, 300)
+    check_logits(as_numpy(logits), case.expected(), case.mask(), clean=True, bf16=False)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("block_kv", [32, 64])
+@pytest.mark.parametrize("lens_2d", [True, False])
+@pytest.mark.parametrize("padded_blocks", [False, True])
+def test_cache_layouts_and_context_length_forms(rng, fmt, block_kv, lens_2d, padded_blocks):
+    skip_unless_supported(fmt, "numpy")
+    case = make_paged(rng, fmt, batch=4, next_n=2, num_heads=16, head_dim=64,
+                      block_kv=block_kv, max_context_len=200, lens_2d=lens_2d,
+                      padded_blocks=padded_blocks)
+    logits = run(case, clean_logits=True)
+    check_logits(logits, case.expected(), case.mask(), clean=True, bf16=False)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_unclean_and_bfloat16(rng, fmt):
+    skip_unless_supported(fmt, "numpy", bf16=True)
+    case = make_paged(rng, fmt, 3, 1, 64, 128, 64, 257, bf16_weights=True)
+    logits = run(case, logits_dtype="bfloat16")
+    check_logits(as_numpy(logits), case.expected(), case.mask(), clean=False, bf16=True)
+
+
+def test_varlen_indices(rng):
+    case = make_paged(rng, "fp8", batch=6, next_n=1, num_heads=32, head_dim=128, block_kv=64,
+                      max_context_len=180, varlen=True)
+    case.indices[-1] = case.block_table.shape[0] + 5  # outside the table: an empty row
+    logits = run(case, clean_logits=True)
+    mask = case.mask()
+    assert not mask[-1].any()
+    check_logits(logits, case.expected(), mask, clean=True, bf16=False)
+
+
+def test_out_of_range_blocks_and_lengths_are_outside_the_window(rng):
+    case = make_paged(rng, "fp8", batch=3, next_n=2, num_heads=8, head_dim=32, block_kv=32,
+                      max_context_len=100)
+    case.block_table[0, 1] = -1
+    case.block_table[1, 0] = 10**9
+    case.context_lens[2, :] = [2**31 - 1, -5]
+    logits = run(case, clean_logits=True)
+    check_logits(logits, case.expected(), case.mask(), clean=True, bf16=False)
+
+
+def test_metadata_shape_device_and_determinism(rng):
+    case = make_paged(rng, "fp8", 5, 2, 16, 64, 64, 400)
+    first = mqa_logits.get_paged_mqa_logits_metadata(case.context_lens, 64, 7)
+    assert first.dtype == np.int32 and first.shape == (8, 2)
+    again = mqa_logits.get_paged_mqa_logits_metadata(case.context_lens, 64, 7)
+    assert np.array_equal(first, again)
+
+
+def test_repeated_calls_are_bitwise_identical(rng):
+    case = make_paged(rng, "mxfp4", 4, 3, 64, 128, 64, 333)
+    first = run(case, clean_logits=True)
+    for _ in range(3):
+        assert run(case, clean_logits=True).tobytes() == first.tobytes()
+
+
+def test_legacy_fp8_paged_mqa_logits(rng):
+    case = make_paged(rng, "fp8", 2, 2, 64, 128, 64, 130)
+    args = case.api_args()
+    meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], 64,
+                                                    mqa_logits.get_num_sms())
+    logits = mqa_logits.fp8_paged_mqa_logits(args["q"], args["kv_cache"], args["weights"],
+                                             args["context_lens"], args["block_table"], meta,
+                                             args["max_context_len"], True)
+    assert logits.dtype == np.float32
+    check_logits(logits, case.expected(), case.mask(), clean=True, bf16=False)
+
+
+@requires_torch
+@pytest.mark.parametrize("cache_dtype", ["uint8", "int8", "float8_e4m3fn"])
+def test_torch_cache_in_any_byte_dtype(rng, cache_dtype):
+    case = make_paged(rng, "fp8", 2, 1, 32, 128, 64, 150)
+    args = case.api_args("torch")
+    args["kv_cache"] = args["kv_cache"].view(getattr(torch, cache_dtype))
+    meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], 64,
+                                                    mqa_logits.get_num_sms())
+    assert isinstance(meta, torch.Tensor) and meta.dtype == torch.int32
+    logits = mqa_logits.fp8_paged_mqa_logits(schedule_meta=meta, clean_logits=True, **args)
+    assert isinstance(logits, torch.Tensor)
+    check_logits(as_numpy(logits), case.expected(), case.mask(), clean=True, bf16=False)

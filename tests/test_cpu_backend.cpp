@@ -1,0 +1,474 @@
+// The CPU reference backend against the float64 formula of support/reference over the whole
+// option matrix, on poisoned outputs, with guard bytes, at several thread counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/kernel.hpp"
+#include "cpu/parallel.hpp"
+#include "metadata.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "support/reference.hpp"
+#include "support/workload.hpp"
+#include "validate.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using support::Operands;
+using support::PagedSpec;
+using support::PagedWorkload;
+using support::PrefillSpec;
+using support::PrefillWorkload;
+using support::WindowKind;
+
+constexpr std::byte kPoison{0xff};  // NaN in fp32 and bf16
+constexpr std::size_t kGuardBytes = 256;
+constexpr int kMetadataWorkers = 4;
+
+constexpr Format kFormats[] = {Format::kFP8, Format::kMXFP8, Format::kMXFP4};
+constexpr WindowKind kWindowKinds[] = {WindowKind::kCausal, WindowKind::kRandom,
+                                       WindowKind::kFull, WindowKind::kContextParallel};
+
+// Weights and logits dtypes the SPEC allows together (bf16 weights need bf16 logits).
+struct Dtypes {
+  DType weights;
+  DType logits;
+};
+constexpr Dtypes kDtypes[] = {{DType::kFloat32, DType::kFloat32},
+                              {DType::kFloat32, DType::kBFloat16},
+                              {DType::kBFloat16, DType::kBFloat16}};
+
+// A poisoned logits buffer followed by poisoned guard bytes.
+struct Output {
+  std::vector<std::byte> bytes;
+  std::size_t logits_bytes = 0;
+  void* data() { return bytes.data(); }
+};
+
+Output poisoned_output(std::size_t logits_bytes) {
+  return {std::vector<std::byte>(logits_bytes + kGuardBytes, kPoison), logits_bytes};
+}
+
+// Nothing written past the buffer, nor into the padding between a row's last column and the next
+// row.
+void expect_untouched_padding(const Output& out, const OutputLayout& layout, DType dtype) {
+  const std::size_t element = dtype_size(dtype);
+  for (std::size_t k = out.logits_bytes; k < out.bytes.size(); ++k) {
+    ASSERT_EQ(out.bytes[k], kPoison) << "guard byte " << k - out.logits_bytes << " written";
+  }
+  for (std::int64_t row = 0; row < layout.rows; ++row) {
+    const auto begin = static_cast<std::size_t>(row * layout.row_stride + layout.cols) * element;
+    const auto end = static_cast<std::size_t>((row + 1) * layout.row_stride) * element;
+    for (std::size_t k = begin; k < end; ++k) {
+      ASSERT_EQ(out.bytes[k], kPoison) << "row " << row << " padding written";
+    }
+  }
+}
+
+Output run_prefill(const PrefillWorkload& w, int threads) {
+  Output out = poisoned_output(w.logits_bytes());
+  const auto in = w.host_inputs();
+  const PrefillProblem problem = validate_prefill(in.q, in.kv, in.weights, in.k_start, in.k_end,
+                                                  w.logits_view(out.data()), in.options);
+  cpu::run_prefill(problem, threads);
+  expect_untouched_padding(out, w.layout, w.spec.logits_dtype);
+  return out;
+}
+
+struct PagedCall {
+  std::vector<std::int32_t> schedule_meta;
+  support::PagedInputs inputs;
+};
+
+PagedCall paged_call(const PagedWorkload& w) {
+  PagedCall call{std::vector<std::int32_t>((kMetadataWorkers + 1) * 2), w.host_inputs()};
+  const auto lens = w.context_lens();
+  const bool lens_2d = w.spec.lens_2d && !w.spec.varlen_indices;
+  host::paged_metadata(lens.data(), w.spec.batch, lens_2d ? w.spec.next_n : 1, lens_2d,
+                       w.spec.varlen_indices ? w.indices().data() : nullptr, kMetadataWorkers,
+                       call.schedule_meta.data());
+  return call;
+}
+
+Output run_paged(const PagedWorkload& w, int threads, const PagedCall& call) {
+  Output out = poisoned_output(w.logits_bytes());
+  const auto& in = call.inputs;
+  const TensorView meta = TensorView::contiguous(const_cast<std::int32_t*>(call.schedule_meta.data()),
+                                                 DType::kInt32, {kMetadataWorkers + 1, 2});
+  const PagedProblem problem =
+      validate_paged(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                     w.max_context_len, w.logits_view(out.data()), in.options);
+  cpu::run_paged(problem, threads);
+  expect_untouched_padding(out, w.layout, w.spec.logits_dtype);
+  return out;
+}
+
+Output run_paged(const PagedWorkload& w, int threads) { return run_paged(w, threads, paged_call(w)); }
+
+// Per element against the quantized reference: the largest |out - ref| / |ref| inside the
+// windows (ignoring references below 1e-9 of the row's largest, where relative error says
+// nothing), and how many elements outside the windows no longer hold the poison.
+struct ElementStats {
+  double max_relative_error = 0.0;
+  std::int64_t written_outside = 0;
+};
+
+template <class Workload>
+ElementStats element_stats(const Workload& w, const Output& out) {
+  ElementStats stats;
+  const DType dtype = w.spec.logits_dtype;
+  const std::size_t element = dtype_size(dtype);
+  for (std::int64_t row = 0; row < w.layout.rows; ++row) {
+    const auto ref = support::reference_row(w, row, Operands::kQuantized);
+    double scale = 0.0;
+    for (const double x : ref) {
+      if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    }
+    for (std::int64_t col = 0; col < w.layout.cols; ++col) {
+      if (!std::isfinite(ref[col])) {
+        const std::byte* bytes = out.bytes.data() + (row * w.layout.row_stride + col) * element;
+        stats.written_outside += std::any_of(bytes, bytes + element,
+                                             [](std::byte b) { return b != kPoison; });
+        continue;
+      }
+      if (std::fabs(ref[col]) <= 1e-9 * scale) continue;
+      const double got = support::read_logit(out.bytes.data(), dtype, w.layout, row, col);
+      stats.max_relative_error =
+          std::max(stats.max_relative_error, std::fabs(got - ref[col]) / std::fabs(ref[col]));
+    }
+  }
+  return stats;
+}
+
+// The SPEC's bound against the unquantized formula is a statement about the quantization error
+// of realistic workloads (about 7e-4 for FP8 / MXFP8 and 1.25e-2 for MXFP4 on large ones, with
+// single rows up to twice that): the metric over a handful of rows or elements is noise. It is
+// asserted where the sample is large enough.
+constexpr std::int64_t kStatisticalRows = 32;
+constexpr std::int64_t kStatisticalElements = 4096;
+
+template <class Workload>
+void expect_within_spec_of_unquantized(const Workload& w, const Output& out,
+                                       const std::string& label) {
+  const auto result = support::verify_rows(w, out.bytes.data(), support::all_rows(w.layout.rows),
+                                           Operands::kUnquantized);
+  EXPECT_TRUE(result.ok) << label << ": " << result.first_failure;
+}
+
+// The backend equals the formula on the stored values up to the final rounding (at most half an
+// ulp of the logits dtype, plus a few float64 roundings), writes nothing outside the windows
+// without clean_logits (as cpu_backend.hpp documents), and, on large enough samples, matches the
+// unquantized formula within the SPEC's tolerance.
+template <class Workload>
+void expect_matches_reference(const Workload& w, const Output& out, const std::string& label) {
+  const bool bf16 = w.spec.logits_dtype == DType::kBFloat16;
+  const auto rows = support::all_rows(w.layout.rows);
+  const auto quantized = support::verify_rows(w, out.bytes.data(), rows, Operands::kQuantized,
+                                              bf16 ? 0.0 : 1e-12);
+  EXPECT_TRUE(quantized.ok) << label << ": " << quantized.first_failure;
+  const double half_ulp = bf16 ? 0x1p-8 : 0x1p-24;  // relative to the value
+  const ElementStats stats = element_stats(w, out);
+  EXPECT_LE(stats.max_relative_error, half_ulp * (1 + 1e-9)) << label;
+  if (!w.spec.clean_logits) EXPECT_EQ(stats.written_outside, 0) << label;
+
+  if (quantized.rows_checked >= kStatisticalRows &&
+      quantized.elements_checked >= kStatisticalElements) {
+    expect_within_spec_of_unquantized(w, out, label);
+  }
+}
+
+std::string describe(const PrefillSpec& s) {
+  return std::string(format_name(s.format)) + " S=" + std::to_string(s.seq_len) +
+         " T=" + std::to_string(s.seq_len_kv) + " H=" + std::to_string(s.num_heads) +
+         " D=" + std::to_string(s.head_dim) + " w=" + dtype_name(s.weights_dtype) +
+         " logits=" + dtype_name(s.logits_dtype) + " clean=" + std::to_string(s.clean_logits) +
+         " max_seqlen_k=" + std::to_string(s.max_seqlen_k) +
+         " windows=" + support::window_kind_name(s.windows) + " seed=" + std::to_string(s.seed);
+}
+
+std::string describe(const PagedSpec& s) {
+  return std::string(format_name(s.format)) + " B=" + std::to_string(s.batch) +
+         " N=" + std::to_string(s.next_n) + " H=" + std::to_string(s.num_heads) +
+         " D=" + std::to_string(s.head_dim) + " block_kv=" + std::to_string(s.block_kv) +
+         " avg=" + std::to_string(s.avg_context) + " lens_2d=" + std::to_string(s.lens_2d) +
+         " varlen=" + std::to_string(s.varlen_indices) +
+         " extra_stride=" + std::to_string(s.extra_block_stride_bytes) +
+         " w=" + dtype_name(s.weights_dtype) + " logits=" + dtype_name(s.logits_dtype) +
+         " clean=" + std::to_string(s.clean_logits) +
+         " max_context_len=" + std::to_string(s.max_context_len) + " seed=" + std::to_string(s.seed);
+}
+
+std::int64_t pick(std::span<const std::int64_t> values, std::size_t k) {
+  return values[k % values.size()];
+}
+
+// ---- prefill -----------------------------------------------------------------------------------
+
+TEST(CpuPrefill, MatchesReferenceOverOptionMatrix) {
+  constexpr std::int64_t kHeads[] = {8, 16, 32};
+  constexpr std::int64_t kDims[] = {32, 64, 128};
+  constexpr std::int64_t kMxfp4Dims[] = {64, 128};
+  std::size_t k = 0;
+  for (const Format format : kFormats) {
+    for (const Dtypes dtypes : kDtypes) {
+      for (const bool clean : {true, false}) {
+        for (const bool compressed : {false, true}) {
+          for (const WindowKind windows : kWindowKinds) {
+            ++k;
+            PrefillSpec spec;
+            spec.format = format;
+            spec.seq_len = 9 + static_cast<std::int64_t>(k % 7) * 5;
+            spec.seq_len_kv = 33 + static_cast<std::int64_t>(k % 5) * 29;
+            spec.num_heads = pick(kHeads, k);
+            spec.head_dim = format == Format::kMXFP4 ? pick(kMxfp4Dims, k) : pick(kDims, k / 3);
+            spec.weights_dtype = dtypes.weights;
+            spec.logits_dtype = dtypes.logits;
+            spec.clean_logits = clean;
+            spec.max_seqlen_k = compressed ? 1 + static_cast<std::int64_t>(k % 3) * 40 : 0;
+            spec.windows = windows;
+            spec.weights_row_stride = k % 4 == 0 ? spec.num_heads + 3 : 0;
+            spec.seed = 1000 + k;
+            const PrefillWorkload w = support::make_prefill_workload(spec);
+            const Output out = run_prefill(w, 2);
+            expect_matches_reference(w, out, describe(spec));
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuPrefill, EmptyShapes) {
+  for (const auto& [s, t] : {std::pair{0, 17}, std::pair{5, 0}, std::pair{0, 0}}) {
+    for (const bool clean : {true, false}) {
+      PrefillSpec spec{.format = Format::kMXFP8, .seq_len = s, .seq_len_kv = t, .num_heads = 8,
+                       .head_dim = 64, .clean_logits = clean, .windows = WindowKind::kRandom,
+                       .seed = 7};
+      const PrefillWorkload w = support::make_prefill_workload(spec);
+      const Output out = run_prefill(w, 2);
+      expect_matches_reference(w, out, describe(spec));
+    }
+  }
+}
+
+TEST(CpuPrefill, ThreadCountDoesNotChangeBits) {
+  for (const Format format : kFormats) {
+    PrefillSpec spec{.format = format, .seq_len = 67, .seq_len_kv = 700, .num_heads = 16,
+                     .head_dim = 128, .logits_dtype = DType::kBFloat16,
+                     .windows = WindowKind::kRandom, .seed = 42};
+    const PrefillWorkload w = support::make_prefill_workload(spec);
+    const Output one = run_prefill(w, 1);
+    for (const int threads : {2, 3, 8}) {
+      EXPECT_EQ(one.bytes, run_prefill(w, threads).bytes) << describe(spec) << " threads=" << threads;
+    }
+  }
+}
+
+TEST(CpuPrefill, PublicApiMatchesBackend) {
+  PrefillSpec spec{.format = Format::kFP8, .seq_len = 40, .seq_len_kv = 300, .num_heads = 32,
+                   .head_dim = 64, .clean_logits = true, .max_seqlen_k = 0,
+                   .windows = WindowKind::kCausal, .seed = 3};
+  const PrefillWorkload w = support::make_prefill_workload(spec);
+  Output out = poisoned_output(w.logits_bytes());
+  const auto in = w.host_inputs();
+  mqa_logits::mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, w.logits_view(out.data()),
+                         in.options);
+  EXPECT_EQ(out.bytes, run_prefill(w, 2).bytes);
+}
+
+// The DeepSeek V3.2 indexer's prefill shape: timed, not asserted; a few rows checked.
+TEST(CpuPrefill, DeepSeekShapeTiming) {
+  PrefillSpec spec{.format = Format::kFP8, .seq_len = 512, .seq_len_kv = 8192, .num_heads = 64,
+                   .head_dim = 128, .windows = WindowKind::kCausal, .seed = 11};
+  const PrefillWorkload w = support::make_prefill_workload(spec);
+  const int threads = cpu::hardware_threads();
+  const auto begin = std::chrono::steady_clock::now();
+  const Output out = run_prefill(w, threads);
+  const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - begin;
+  std::printf("[ timing   ] %s: %.2f s on %d threads\n", describe(spec).c_str(), seconds.count(),
+              threads);
+  const auto rows = support::sample_rows(spec.seq_len, 3, spec.seed);
+  const auto check =
+      support::verify_rows(w, out.bytes.data(), rows, Operands::kQuantized, 1e-12);
+  EXPECT_TRUE(check.ok) << check.first_failure;
+}
+
+// Quantization error against the unquantized inputs, on samples large enough for the metric.
+TEST(CpuPrefill, WithinSpecOfUnquantizedInputs) {
+  std::uint64_t seed = 100;
+  for (const Format format : kFormats) {
+    for (const Dtypes dtypes : kDtypes) {
+      PrefillSpec spec{.format = format, .seq_len = 48, .seq_len_kv = 400, .num_heads = 16,
+                       .head_dim = 128, .weights_dtype = dtypes.weights,
+                       .logits_dtype = dtypes.logits, .windows = WindowKind::kFull,
+                       .seed = ++seed};
+      const PrefillWorkload w = support::make_prefill_workload(spec);
+      expect_within_spec_of_unquantized(w, run_prefill(w, 2), describe(spec));
+    }
+  }
+}
+
+// ---- paged -------------------------------------------------------------------------------------
+
+TEST(CpuPaged, MatchesReferenceOverOptionMatrix) {
+  constexpr std::int64_t kHeads[] = {8, 16, 64};
+  constexpr std::int64_t kDims[] = {64, 128, 32};
+  std::size_t k = 0;
+  for (const Format format : kFormats) {
+    for (std::int64_t next_n = 1; next_n <= 8; ++next_n) {
+      for (const bool lens_2d : {false, true}) {
+        ++k;
+        const Dtypes dtypes = kDtypes[k % 3];
+        PagedSpec spec;
+        spec.format = format;
+        spec.batch = 1 + static_cast<std::int64_t>(k % 4);
+        spec.next_n = next_n;
+        spec.num_heads = pick(kHeads, k);
+        spec.head_dim = format == Format::kMXFP4 ? 64 + 64 * (k % 2) : pick(kDims, k / 2);
+        spec.block_kv = k % 2 == 0 ? 32 : 64;
+        spec.avg_context = 60 + static_cast<std::int64_t>(k % 5) * 37;
+        spec.context_jitter = 0.9;
+        spec.lens_2d = lens_2d;
+        spec.extra_block_stride_bytes = k % 3 == 0 ? 4 * static_cast<std::int64_t>(k % 7 + 1) : 0;
+        spec.weights_dtype = dtypes.weights;
+        spec.logits_dtype = dtypes.logits;
+        spec.clean_logits = k % 2 == 1;
+        spec.max_context_len = k % 5 == 0 ? spec.avg_context / 2 : 0;  // clamps long rows
+        spec.seed = 2000 + k;
+        const PagedWorkload w = support::make_paged_workload(spec);
+        expect_matches_reference(w, run_paged(w, 2), describe(spec));
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CpuPaged, VarlenIndices) {
+  std::size_t k = 0;
+  for (const Format format : kFormats) {
+    for (const int block_kv : {32, 64}) {
+      for (const bool clean : {false, true}) {
+        ++k;
+        PagedSpec spec{.format = format, .batch = 11, .num_heads = 16, .head_dim = 128,
+                       .block_kv = block_kv, .avg_context = 150, .context_jitter = 0.8,
+                       .varlen_indices = true, .extra_block_stride_bytes = 16,
+                       .logits_dtype = k % 2 ? DType::kBFloat16 : DType::kFloat32,
+                       .clean_logits = clean, .seed = 3000 + k};
+        const PagedWorkload w = support::make_paged_workload(spec);
+        expect_matches_reference(w, run_paged(w, 2), describe(spec));
+      }
+    }
+  }
+}
+
+// Contexts 0, 1, one block and one block + 1, in both length forms.
+TEST(CpuPaged, EdgeContextLengths) {
+  for (const int block_kv : {32, 64}) {
+    for (const bool lens_2d : {false, true}) {
+      const std::int32_t bkv = block_kv;
+      PagedSpec spec{.format = Format::kMXFP8, .batch = 4, .next_n = 2, .num_heads = 8,
+                     .head_dim = 64, .block_kv = block_kv, .lens_2d = lens_2d,
+                     .clean_logits = true, .seed = 4000};
+      spec.explicit_context_lens = lens_2d ? std::vector<std::int32_t>{0, 0, 0, 1, bkv, bkv,
+                                                                       bkv + 1, -3}
+                                           : std::vector<std::int32_t>{0, 1, bkv, bkv + 1};
+      const PagedWorkload w = support::make_paged_workload(spec);
+      expect_matches_reference(w, run_paged(w, 2), describe(spec));
+    }
+  }
+}
+
+// The clamping rules of problem.hpp: invalid block ids and varlen indices, and a block table
+// narrower than the contexts.
+TEST(CpuPaged, ClampingRules) {
+  PagedSpec spec{.format = Format::kFP8, .batch = 9, .num_heads = 8, .head_dim = 64,
+                 .block_kv = 32, .avg_context = 200, .context_jitter = 0.5,
+                 .varlen_indices = true, .clean_logits = true, .seed = 5000};
+  PagedWorkload w = support::make_paged_workload(spec);
+  auto* table = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
+  table[1] = -1;
+  table[w.max_blocks + 2] = static_cast<std::int32_t>(w.num_blocks);
+  auto* indices = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kIndices].bytes.data());
+  indices[3] = -1;
+  indices[5] = static_cast<std::int32_t>(w.table_rows + 2);
+  const Output full = run_paged(w, 2);
+  expect_matches_reference(w, full, describe(spec));
+
+  // Only the first block-table column visible: every row stops at block_kv keys.
+  PagedCall call = paged_call(w);
+  call.inputs.block_table.shape[1] = 1;
+  const Output narrow = run_paged(w, 2, call);
+  for (std::int64_t row = 0; row < w.num_rows; ++row) {
+    for (std::int64_t col = 0; col < w.layout.cols; ++col) {
+      const double wide = support::read_logit(full.bytes.data(), DType::kFloat32, w.layout, row, col);
+      const double got = support::read_logit(narrow.bytes.data(), DType::kFloat32, w.layout, row, col);
+      const double want = col < spec.block_kv ? wide : -std::numeric_limits<double>::infinity();
+      ASSERT_EQ(got, want) << "row " << row << " column " << col;
+    }
+  }
+}
+
+TEST(CpuPaged, WithinSpecOfUnquantizedInputs) {
+  std::uint64_t seed = 200;
+  for (const Format format : kFormats) {
+    for (const Dtypes dtypes : kDtypes) {
+      PagedSpec spec{.format = format, .batch = 12, .next_n = 3, .num_heads = 16,
+                     .head_dim = 128, .block_kv = 64, .avg_context = 300, .context_jitter = 0.3,
+                     .weights_dtype = dtypes.weights, .logits_dtype = dtypes.logits,
+                     .seed = ++seed};
+      const PagedWorkload w = support::make_paged_workload(spec);
+      expect_within_spec_of_unquantized(w, run_paged(w, 2), describe(spec));
+    }
+  }
+}
+
+TEST(CpuPaged, ThreadCountDoesNotChangeBits) {
+  for (const Format format : kFormats) {
+    PagedSpec spec{.format = format, .batch = 3, .next_n = 4, .num_heads = 16, .head_dim = 128,
+                   .block_kv = 64, .avg_context = 900, .context_jitter = 0.5,
+                   .logits_dtype = DType::kBFloat16, .clean_logits = true, .seed = 6000};
+    const PagedWorkload w = support::make_paged_workload(spec);
+    const Output one = run_paged(w, 1);
+    for (const int threads : {2, 5}) {
+      EXPECT_EQ(one.bytes, run_paged(w, threads).bytes) << describe(spec) << " threads=" << threads;
+    }
+  }
+}
+
+TEST(CpuPaged, PublicApiMatchesBackend) {
+  PagedSpec spec{.format = Format::kMXFP4, .batch = 5, .next_n = 3, .num_heads = 32,
+                 .head_dim = 128, .block_kv = 64, .avg_context = 300, .context_jitter = 0.5,
+                 .clean_logits = true, .seed = 7000};
+  const PagedWorkload w = support::make_paged_workload(spec);
+  const PagedCall call = paged_call(w);
+  const TensorView meta = TensorView::contiguous(const_cast<std::int32_t*>(call.schedule_meta.data()),
+                                                 DType::kInt32, {kMetadataWorkers + 1, 2});
+  Output out = poisoned_output(w.logits_bytes());
+  const auto& in = call.inputs;
+  paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                   w.max_context_len, w.logits_view(out.data()), in.options);
+  EXPECT_EQ(out.bytes, run_paged(w, 2).bytes);
+}
+
+// double_to_bf16 rounds once: values just above a bf16 tie must round up although their float
+// rounding lands exactly on the tie.
+TEST(CpuKernel, DoubleToBf16RoundsOnce) {
+  const double tie = 1.0 + 0x1p-8;  // halfway between bf16 1.0 and 1.0078125
+  EXPECT_EQ(cpu::double_to_bf16(tie + 0x1p-40), 0x3f81);
+  EXPECT_EQ(cpu::double_to_bf16(tie), 0x3f80);  // ties to even
+  EXPECT_EQ(cpu::double_to_bf16(-(tie + 0x1p-40)), 0xbf81);
+  EXPECT_EQ(cpu::double_to_bf16(1e39), 0x7f80);
+  EXPECT_EQ(cpu::double_to_bf16(-1e-50), 0x8000);
+}
+
+}  // namespace
+}  // namespace mqa_logits

@@ -1,0 +1,266 @@
+// Property tests of the schedule metadata: the item list is computed here independently of the
+// library, and every worker split is checked against it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "metadata.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+
+namespace mqa_logits {
+namespace {
+
+constexpr std::int64_t kTileKV = 128;       // keys per prefill item
+constexpr std::int64_t kSplitTokens = 256;  // keys per decode item
+
+std::int64_t div_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Prefill: items per block of 256 / H query rows (two groups of 128 (query, head) MMA columns),
+// over the union of its non-empty windows.
+std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
+                                        const std::vector<std::int32_t>& end, std::int64_t T,
+                                        int H) {
+  const std::int64_t block_q = 256 / H;
+  std::vector<std::int64_t> items;
+  for (std::size_t first = 0; first < start.size(); first += block_q) {
+    std::int64_t lo = -1;
+    std::int64_t hi = -1;
+    for (std::size_t i = first; i < std::min(start.size(), first + block_q); ++i) {
+      const std::int64_t row_lo = std::max<std::int64_t>(start[i], 0);
+      const std::int64_t row_hi = std::min<std::int64_t>(end[i], T);
+      if (row_lo >= row_hi) continue;
+      lo = lo < 0 ? row_lo : std::min(lo, row_lo);
+      hi = std::max(hi, row_hi);
+    }
+    items.push_back(lo < 0 ? 1 : div_up(hi - lo, kTileKV));
+  }
+  return items;
+}
+
+// Decode: one group per sequence (its longest row), at least one item each.
+std::vector<std::int64_t> paged_items(const std::vector<std::int32_t>& lens, std::int64_t batch,
+                                      std::int64_t cols) {
+  std::vector<std::int64_t> items;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t longest = 0;
+    for (std::int64_t t = 0; t < cols; ++t) {
+      longest = std::max<std::int64_t>(longest, lens[static_cast<std::size_t>(b * cols + t)]);
+    }
+    items.push_back(longest > 0 ? div_up(longest, kSplitTokens) : 1);
+  }
+  return items;
+}
+
+// Checks `meta` ([workers + 1, 2]) against the per-group item counts.
+void expect_valid_split(const std::vector<std::int32_t>& meta,
+                        const std::vector<std::int64_t>& items, int workers) {
+  ASSERT_EQ(meta.size(), static_cast<std::size_t>(2 * (workers + 1)));
+  const auto groups = static_cast<std::int64_t>(items.size());
+  std::vector<std::int64_t> first_item(items.size() + 1, 0);  // list index of (g, 0)
+  for (std::size_t g = 0; g < items.size(); ++g) first_item[g + 1] = first_item[g] + items[g];
+  const std::int64_t total = first_item.back();
+
+  // List position of each row; (groups, 0) is the end of the list.
+  std::vector<std::int64_t> position(workers + 1);
+  for (int k = 0; k <= workers; ++k) {
+    const std::int64_t group = meta[2 * k];
+    const std::int64_t item = meta[2 * k + 1];
+    ASSERT_GE(group, 0);
+    ASSERT_GE(item, 0);
+    if (group == groups) {
+      ASSERT_EQ(item, 0) << "row " << k;
+    } else {
+      ASSERT_LT(group, groups) << "row " << k;
+      ASSERT_LT(item, items[group]) << "row " << k;
+    }
+    position[k] = first_item[group] + item;
+  }
+  EXPECT_EQ(meta[2 * workers], groups);
+  EXPECT_EQ(meta[2 * workers + 1], 0);
+  // Contiguous segments from the first item to the last cover every item exactly once...
+  EXPECT_EQ(position[0], 0);
+  EXPECT_EQ(position[workers], total);
+  // ...with sizes that differ by at most one, the larger ones first.
+  for (int k = 0; k < workers; ++k) {
+    const std::int64_t expected = total / workers + (k < total % workers ? 1 : 0);
+    EXPECT_EQ(position[k + 1] - position[k], expected) << "worker " << k << " of " << workers;
+  }
+}
+
+std::vector<int> worker_counts(std::int64_t total_items, std::mt19937& gen) {
+  std::uniform_int_distribution<int> any(2, 300);
+  return {1, 2, 3, any(gen), 132, static_cast<int>(total_items) + 5};
+}
+
+std::int64_t sum(const std::vector<std::int64_t>& values) {
+  std::int64_t total = 0;
+  for (const auto v : values) total += v;
+  return total;
+}
+
+// ---- prefill ----
+
+struct PrefillCase {
+  std::vector<std::int32_t> start, end;
+  std::int64_t T;
+  int H;
+};
+
+PrefillCase random_prefill_case(std::mt19937& gen, int trial) {
+  const int heads[] = {8, 16, 32, 64};
+  PrefillCase c;
+  c.H = heads[trial % 4];
+  c.T = std::uniform_int_distribution<std::int64_t>(0, 6000)(gen);
+  const auto S = std::uniform_int_distribution<std::size_t>(0, 400)(gen);
+  const int kind = trial % 5;
+  std::uniform_int_distribution<std::int32_t> pos(-50, static_cast<std::int32_t>(c.T) + 50);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (std::size_t i = 0; i < S; ++i) {
+    std::int32_t lo = pos(gen);
+    std::int32_t hi = pos(gen);
+    if (kind == 0) {  // causal over the tail of the keys
+      lo = 0;
+      hi = static_cast<std::int32_t>(c.T - static_cast<std::int64_t>(S) + i + 1);
+    } else if (kind == 1) {  // all empty or inverted
+      hi = std::min(lo, hi);
+    } else if (kind == 2 && unit(gen) < 0.9) {  // mostly empty, a few wide rows
+      hi = lo;
+    }
+    c.start.push_back(lo);
+    c.end.push_back(hi);
+  }
+  return c;
+}
+
+TEST(PrefillMetadata, SplitsEveryBlockItemEvenly) {
+  std::mt19937 gen(101);
+  for (int trial = 0; trial < 300; ++trial) {
+    const PrefillCase c = random_prefill_case(gen, trial);
+    const auto items = prefill_items(c.start, c.end, c.T, c.H);
+    for (const int workers : worker_counts(sum(items), gen)) {
+      std::vector<std::int32_t> meta(2 * (workers + 1), -7);
+      host::prefill_metadata(c.start.data(), c.end.data(),
+                             static_cast<std::int64_t>(c.start.size()), c.T, c.H, workers,
+                             meta.data());
+      SCOPED_TRACE(testing::Message() << "trial " << trial << " S " << c.start.size() << " T "
+                                      << c.T << " H " << c.H << " workers " << workers);
+      expect_valid_split(meta, items, workers);
+      std::vector<std::int32_t> again(meta.size(), 99);
+      host::prefill_metadata(c.start.data(), c.end.data(),
+                             static_cast<std::int64_t>(c.start.size()), c.T, c.H, workers,
+                             again.data());
+      EXPECT_EQ(again, meta);
+    }
+  }
+}
+
+// ---- decode ----
+
+struct PagedCase {
+  std::vector<std::int32_t> lens;
+  std::int64_t batch;
+  std::int64_t cols;  // 1 for 1-D lens
+  bool lens_2d;
+};
+
+PagedCase random_paged_case(std::mt19937& gen, int trial) {
+  PagedCase c;
+  c.batch = std::uniform_int_distribution<std::int64_t>(0, 250)(gen);
+  c.lens_2d = trial % 2 == 1;
+  c.cols = c.lens_2d ? std::uniform_int_distribution<std::int64_t>(1, 8)(gen) : 1;
+  std::uniform_int_distribution<std::int32_t> small(-3, 300);
+  std::uniform_int_distribution<std::int32_t> huge(0, 200000);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const int kind = trial % 6;
+  for (std::int64_t i = 0; i < c.batch * c.cols; ++i) {
+    std::int32_t len = small(gen);
+    if (kind == 2) len = 0;                                  // all empty
+    if (kind == 3 && unit(gen) < 0.05) len = huge(gen);      // very uneven
+    if (kind == 4) len = unit(gen) < 0.5 ? 0 : huge(gen);    // zeros and long sequences
+    c.lens.push_back(len);
+  }
+  return c;
+}
+
+TEST(PagedMetadata, SplitsEveryGroupItemEvenly) {
+  std::mt19937 gen(202);
+  for (int trial = 0; trial < 300; ++trial) {
+    const PagedCase c = random_paged_case(gen, trial);
+    const auto items = paged_items(c.lens, c.batch, c.cols);
+    for (const int workers : worker_counts(sum(items), gen)) {
+      std::vector<std::int32_t> meta(2 * (workers + 1), -7);
+      host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
+                           meta.data());
+      SCOPED_TRACE(testing::Message() << "trial " << trial << " B " << c.batch << " N "
+                                      << c.cols << " workers " << workers);
+      expect_valid_split(meta, items, workers);
+      std::vector<std::int32_t> again(meta.size(), 99);
+      host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
+                           again.data());
+      EXPECT_EQ(again, meta);
+    }
+  }
+}
+
+// ---- through the public API ----
+
+TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
+  std::mt19937 gen(303);
+  for (int trial = 0; trial < 50; ++trial) {
+    PagedCase c = random_paged_case(gen, 2 * trial);  // 1-D lens: one row per group
+    std::vector<std::int32_t> indices(static_cast<std::size_t>(c.batch));
+    std::int32_t sequence = 0;
+    for (auto& index : indices) {
+      sequence += std::uniform_int_distribution<int>(0, 1)(gen);  // runs of equal indices
+      index = sequence;
+    }
+    const auto items = paged_items(c.lens, c.batch, 1);
+    const int workers = std::uniform_int_distribution<int>(1, 200)(gen);
+    std::vector<std::int32_t> meta(2 * (workers + 1), -7);
+    const auto lens = TensorView::contiguous(c.lens.data(), DType::kInt32, {c.batch});
+    const auto index_view = TensorView::contiguous(indices.data(), DType::kInt32, {c.batch});
+    const auto out =
+        TensorView::contiguous(meta.data(), DType::kInt32, {schedule_meta_rows(workers), 2});
+    get_paged_mqa_logits_metadata(lens, 64, workers, out, index_view);
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " workers " << workers);
+    expect_valid_split(meta, items, workers);
+  }
+}
+
+class PrefillMetadataApi : public testing::Test {
+ protected:
+  void SetUp() override { saved_ = get_num_sms(); }
+  void TearDown() override { set_num_sms(saved_); }
+
+ private:
+  int saved_ = 1;
+};
+
+TEST_F(PrefillMetadataApi, UsesTheConfiguredWorkerCount) {
+  std::mt19937 gen(404);
+  for (int trial = 0; trial < 40; ++trial) {
+    const PrefillCase c = random_prefill_case(gen, trial);
+    const auto items = prefill_items(c.start, c.end, c.T, c.H);
+    // At most 64: set_num_sms refuses more workers than the GPU has SMs.
+    const int workers = std::uniform_int_distribution<int>(1, 64)(gen);
+    set_num_sms(workers);
+    ASSERT_EQ(get_num_sms(), workers);
+    const auto S = static_cast<std::int64_t>(c.start.size());
+    std::vector<std::int32_t> meta(2 * (workers + 1), -7);
+    auto start = c.start;
+    auto end = c.end;
+    get_mqa_logits_metadata(TensorView::contiguous(start.data(), DType::kInt32, {S}),
+                            TensorView::contiguous(end.data(), DType::kInt32, {S}), c.T, c.H,
+                            TensorView::contiguous(meta.data(), DType::kInt32,
+                                                   {schedule_meta_rows(workers), 2}));
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " workers " << workers);
+    expect_valid_split(meta, items, workers);
+  }
+}
+
+}  // namespace
+}  // namespace mqa_logits

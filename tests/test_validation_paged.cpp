@@ -1,0 +1,324 @@
+// Refusals of paged_mqa_logits, the metadata functions and the settings (SPEC "Errors") on host
+// tensors: each names the argument and leaves the output untouched. Valid calls must pass.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mqa_logits/mqa_logits.hpp"
+#include "validate.hpp"
+#include "validation_inputs.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using test::expect_call_refused;
+using test::expect_refused;
+using test::PagedInputs;
+
+constexpr Device kCuda{DeviceType::kCUDA, 0};
+
+TEST(PagedValidation, ValidCallsPass) {
+  for (const Format format : {Format::kFP8, Format::kMXFP8, Format::kMXFP4}) {
+    for (const std::int64_t next_n : {1, 3, 8}) {
+      PagedInputs in(format, 2, next_n, 32, 128, 32, 100);
+      EXPECT_NO_THROW(in.call()) << format_name(format) << " next_n " << next_n;
+    }
+  }
+  PagedInputs clean(Format::kFP8, 3, 2, 64, 64, 64, 150, DType::kBFloat16, DType::kBFloat16);
+  clean.options.clean_logits = true;
+  EXPECT_NO_THROW(clean.call());
+  EXPECT_FALSE(clean.out.untouched());
+  // Varlen form: rows with their own block-table rows chosen by index, 1-D lengths.
+  PagedInputs varlen(Format::kFP8, 4, 1);
+  std::vector<std::int32_t> indices{0, 0, 2, 1};
+  varlen.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
+  varlen.context_lens = TensorView::contiguous(varlen.lens_data.data(), DType::kInt32, {4});
+  varlen.block_table.shape[0] = 3;
+  EXPECT_NO_THROW(varlen.call());
+}
+
+TEST(PagedValidation, DescriptorHasEveryField) {
+  PagedInputs in(Format::kMXFP4, 3, 2, 16, 128, 32, 100);
+  in.kv_cache.strides[0] += 4;  // blocks further apart than their size
+  in.kv_cache.shape[0] -= 1;    // keep the view inside the buffer
+  in.options.clean_logits = true;
+  const PagedProblem p =
+      validate_paged(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
+                     in.schedule_meta, in.max_context_len, in.logits, in.options);
+  EXPECT_EQ(p.format, Format::kMXFP4);
+  EXPECT_EQ(p.device, Device{});
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.next_n, 2);
+  EXPECT_EQ(p.num_heads, 16);
+  EXPECT_EQ(p.head_dim, 128);
+  EXPECT_EQ(p.q, in.q_data.data());
+  EXPECT_EQ(static_cast<const void*>(p.q_scales), in.q_scale_data.data());
+  EXPECT_EQ(p.kv_cache, in.cache_data.data());
+  EXPECT_EQ(p.num_blocks, in.num_blocks - 1);
+  EXPECT_EQ(p.block_kv, 32);
+  EXPECT_EQ(p.token_bytes, 64);
+  EXPECT_EQ(p.block_stride_bytes, 32 * 68 + 4);
+  EXPECT_EQ(p.weights, in.weights_data.data());
+  EXPECT_EQ(p.weights_dtype, DType::kFloat32);
+  EXPECT_EQ(p.context_lens, in.lens_data.data());
+  EXPECT_TRUE(p.context_lens_2d);
+  EXPECT_EQ(p.block_table, in.table_data.data());
+  EXPECT_EQ(p.table_rows, 3);
+  EXPECT_EQ(p.max_blocks, 4);
+  EXPECT_EQ(p.block_table_row_stride, 4);
+  EXPECT_EQ(p.indices, nullptr);
+  EXPECT_EQ(p.schedule_meta, in.meta_data.data());
+  EXPECT_EQ(p.schedule_workers, PagedInputs::kWorkers);
+  EXPECT_EQ(p.logits, in.out.bytes.data());
+  EXPECT_EQ(p.logits_dtype, DType::kFloat32);
+  EXPECT_EQ(p.logits_row_stride, 256);  // 100 fp32 padded to 1024 bytes
+  EXPECT_EQ(p.max_context_len, 100);
+  EXPECT_TRUE(p.clean_logits);
+}
+
+TEST(PagedValidation, RefusesWrongRankDtypeAndShape) {
+  PagedInputs q_rank;
+  q_rank.q.values.rank = 3;
+  expect_call_refused(q_rank, "q");
+  PagedInputs cache_dtype;
+  cache_dtype.kv_cache.dtype = DType::kInt32;
+  expect_call_refused(cache_dtype, "kv_cache");
+  PagedInputs cache_row;
+  cache_row.kv_cache.shape[3] = 72;  // D + 8
+  expect_call_refused(cache_row, "kv_cache");
+  PagedInputs cache_heads;
+  cache_heads.kv_cache.shape[2] = 2;
+  expect_call_refused(cache_heads, "kv_cache");
+  PagedInputs weights;
+  weights.weights.shape[0] = 5;
+  expect_call_refused(weights, "weights");
+  PagedInputs lens;
+  lens.context_lens.shape[1] = 3;
+  expect_call_refused(lens, "context_lens");
+  PagedInputs lens_dtype;
+  lens_dtype.context_lens.dtype = DType::kFloat32;
+  expect_call_refused(lens_dtype, "context_lens");
+  PagedInputs table_rows;
+  table_rows.block_table.shape[0] = 2;
+  expect_call_refused(table_rows, "block_table");
+  PagedInputs table_rank;
+  table_rank.block_table.rank = 1;
+  expect_call_refused(table_rank, "block_table");
+  PagedInputs logits;
+  logits.logits.shape[1] = 149;
+  expect_call_refused(logits, "logits");
+  PagedInputs negative_len;
+  negative_len.max_context_len = -1;
+  expect_call_refused(negative_len, "max_context_len");
+  PagedInputs mx(Format::kMXFP8);
+  mx.q.scales->shape[2] = 8;
+  expect_call_refused(mx, "q_scales");
+}
+
+TEST(PagedValidation, RefusesWrongStride) {
+  PagedInputs q;
+  q.q.values.strides[0] *= 2;
+  expect_call_refused(q, "q");
+  PagedInputs block_gap;
+  block_gap.kv_cache.strides[0] += 2;  // not a multiple of 4 bytes
+  expect_call_refused(block_gap, "kv_cache");
+  PagedInputs block_overlap;
+  block_overlap.kv_cache.strides[0] -= 4;
+  expect_call_refused(block_overlap, "kv_cache");
+  PagedInputs interleaved;
+  interleaved.kv_cache.strides[1] *= 2;
+  expect_call_refused(interleaved, "kv_cache");
+  PagedInputs table;
+  table.block_table.strides[1] = 2;
+  expect_call_refused(table, "block_table");
+  PagedInputs weights;
+  weights.weights.strides[0] = 32;  // paged weights are contiguous
+  expect_call_refused(weights, "weights");
+  PagedInputs logits;
+  logits.logits.strides[1] = 2;
+  expect_call_refused(logits, "logits");
+}
+
+TEST(PagedValidation, AcceptsAnyBlockTableRowStride) {
+  PagedInputs in;
+  in.block_table.shape[1] = 2;  // view the first two blocks of each row
+  in.max_context_len = 128;
+  in.logits.shape[1] = 128;
+  EXPECT_NO_THROW(validate_paged(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
+                                 in.schedule_meta, in.max_context_len, in.logits, in.options));
+}
+
+TEST(PagedValidation, RefusesUnsupportedHeadsHeadDimAndNextN) {
+  PagedInputs heads(Format::kFP8, 2, 1, 24);
+  expect_call_refused(heads, "q");
+  PagedInputs dim(Format::kFP8, 2, 1, 16, 48);
+  expect_call_refused(dim, "q");
+  PagedInputs next_n_9(Format::kFP8, 2, 9);
+  expect_call_refused(next_n_9, "q");
+  PagedInputs next_n_0(Format::kFP8, 2, 0);
+  expect_call_refused(next_n_0, "q");
+}
+
+TEST(PagedValidation, RefusesBlockKv16) {
+  PagedInputs in(Format::kFP8, 2, 2, 16, 64, 16);
+  expect_call_refused(in, "kv_cache");
+}
+
+TEST(PagedValidation, RefusesFormatMismatch) {
+  PagedInputs mxfp4_layout_for_mxfp8(Format::kMXFP8);
+  mxfp4_layout_for_mxfp8.kv_cache.shape[3] = 64 / 2 + 4;
+  expect_call_refused(mxfp4_layout_for_mxfp8, "kv_cache");
+  PagedInputs bytes_without_scales(Format::kMXFP4);
+  bytes_without_scales.q.scales.reset();
+  expect_call_refused(bytes_without_scales, "q_scales");
+  PagedInputs float_scales(Format::kMXFP8);
+  float_scales.q.scales->dtype = DType::kFloat32;
+  expect_call_refused(float_scales, "q_scales");
+}
+
+TEST(PagedValidation, RefusesBf16WeightsWithFp32Logits) {
+  PagedInputs in(Format::kFP8, 3, 2, 16, 64, 64, 150, DType::kBFloat16, DType::kFloat32);
+  expect_call_refused(in, "logits");
+}
+
+TEST(PagedValidation, RefusesIndicesWithNextNAboveOne) {
+  PagedInputs in(Format::kFP8, 3, 2);
+  std::vector<std::int32_t> indices{0, 1, 2};
+  in.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {3});
+  expect_call_refused(in, "indices");
+  PagedInputs wrong_length(Format::kFP8, 3, 1);
+  wrong_length.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {2});
+  expect_call_refused(wrong_length, "indices");
+}
+
+TEST(PagedValidation, RefusesScheduleMetadataOfTheWrongSize) {
+  PagedInputs three_cols;
+  three_cols.schedule_meta.shape = {3, 3};
+  three_cols.schedule_meta.strides = {3, 1};
+  expect_call_refused(three_cols, "schedule_meta");
+  PagedInputs no_worker;
+  no_worker.schedule_meta.shape[0] = 1;
+  expect_call_refused(no_worker, "schedule_meta");
+  PagedInputs flat;
+  flat.schedule_meta.rank = 1;
+  expect_call_refused(flat, "schedule_meta");
+}
+
+TEST(PagedValidation, RefusesMixedDevicesAndNullPointers) {
+  PagedInputs table_on_gpu;
+  table_on_gpu.block_table.device = kCuda;
+  expect_call_refused(table_on_gpu, "block_table");
+  PagedInputs meta_on_gpu;
+  meta_on_gpu.schedule_meta.device = kCuda;
+  expect_call_refused(meta_on_gpu, "schedule_meta");
+  PagedInputs all_on_gpu;
+  for (TensorView* view : {&all_on_gpu.q.values, &all_on_gpu.kv_cache, &all_on_gpu.weights,
+                           &all_on_gpu.context_lens, &all_on_gpu.block_table,
+                           &all_on_gpu.schedule_meta, &all_on_gpu.logits}) {
+    view->device = kCuda;
+  }
+  expect_call_refused(all_on_gpu, "q");
+  PagedInputs null_cache;
+  null_cache.kv_cache.data = nullptr;
+  expect_call_refused(null_cache, "kv_cache");
+}
+
+// ---- metadata ----
+
+struct MetadataOut {
+  explicit MetadataOut(std::int64_t rows) : data(static_cast<std::size_t>(2 * rows), -5) {}
+  TensorView view() {
+    const auto rows = static_cast<std::int64_t>(data.size() / 2);
+    return TensorView::contiguous(data.data(), DType::kInt32, {rows, 2});
+  }
+  bool untouched() const {
+    return std::all_of(data.begin(), data.end(), [](std::int32_t v) { return v == -5; });
+  }
+  std::vector<std::int32_t> data;
+};
+
+TEST(MetadataValidation, PagedRefusals) {
+  std::vector<std::int32_t> lens{5, 300, 0, 17, 900, 3};
+  const auto lens_1d = TensorView::contiguous(lens.data(), DType::kInt32, {6});
+  const auto lens_2d = TensorView::contiguous(lens.data(), DType::kInt32, {3, 2});
+  std::vector<std::int32_t> indices{0, 0, 1, 2, 2, 2};
+  const auto index_view = TensorView::contiguous(indices.data(), DType::kInt32, {6});
+  const auto refused = [](auto call, MetadataOut& out, const std::string& argument) {
+    expect_refused(call, argument);
+    EXPECT_TRUE(out.untouched());
+  };
+  MetadataOut out(9);
+  refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, 7, out.view()); }, out, "out");
+  refused([&] { get_paged_mqa_logits_metadata(lens_1d, 16, 8, out.view()); }, out, "block_kv");
+  refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, 0, out.view()); }, out, "num_sms");
+  refused([&] { get_paged_mqa_logits_metadata(lens_2d, 64, 8, out.view(), index_view); }, out,
+          "indices");
+  auto float_lens = lens_1d;
+  float_lens.dtype = DType::kFloat32;
+  refused([&] { get_paged_mqa_logits_metadata(float_lens, 64, 8, out.view()); }, out,
+          "context_lens");
+  auto gpu_out = out.view();
+  gpu_out.device = kCuda;
+  refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, 8, gpu_out); }, out, "out");
+  EXPECT_NO_THROW(get_paged_mqa_logits_metadata(lens_2d, 32, 8, out.view()));
+  EXPECT_NO_THROW(get_paged_mqa_logits_metadata(lens_1d, 64, 8, out.view(), index_view));
+}
+
+TEST(MetadataValidation, PrefillRefusals) {
+  std::vector<std::int32_t> start{0, 3, 9, 1}, end{4, 10, 2, 40};
+  const auto start_view = TensorView::contiguous(start.data(), DType::kInt32, {4});
+  const auto end_view = TensorView::contiguous(end.data(), DType::kInt32, {4});
+  const auto short_end = TensorView::contiguous(end.data(), DType::kInt32, {3});
+  const auto refused = [](auto call, MetadataOut& out, const std::string& argument) {
+    expect_refused(call, argument);
+    EXPECT_TRUE(out.untouched());
+  };
+  MetadataOut right(schedule_meta_rows(get_num_sms()));
+  MetadataOut wrong(schedule_meta_rows(get_num_sms()) + 1);
+  refused([&] { get_mqa_logits_metadata(start_view, end_view, 40, 16, wrong.view()); }, wrong,
+          "out");
+  refused([&] { get_mqa_logits_metadata(start_view, end_view, 40, 12, right.view()); }, right,
+          "num_heads");
+  refused([&] { get_mqa_logits_metadata(start_view, end_view, -1, 16, right.view()); }, right,
+          "seq_len_kv");
+  refused([&] { get_mqa_logits_metadata(start_view, short_end, 40, 16, right.view()); }, right,
+          "k_end");
+  EXPECT_NO_THROW(get_mqa_logits_metadata(start_view, end_view, 40, 16, right.view()));
+}
+
+// ---- settings and layouts ----
+
+TEST(Settings, RefuseInvalidSmCounts) {
+  const int before = get_num_sms();
+  EXPECT_GE(before, 1);
+  expect_refused([] { set_num_sms(0); }, "num_sms");
+  expect_refused([] { set_num_sms(-3); }, "num_sms");
+  expect_refused([] { set_num_sms(1 << 20); }, "num_sms");
+  EXPECT_EQ(get_num_sms(), before);
+  expect_refused([] { schedule_meta_rows(0); }, "num_sms");
+  EXPECT_EQ(schedule_meta_rows(132), 133);
+}
+
+TEST(Settings, OutputLayoutsPadRowsTo1024Bytes) {
+  const OutputLayout fp32 = mqa_logits_output_layout(7, 1000, 0, DType::kFloat32);
+  EXPECT_EQ(fp32.rows, 7);
+  EXPECT_EQ(fp32.cols, 1000);
+  EXPECT_EQ(fp32.row_stride, 1024);
+  EXPECT_EQ(mqa_logits_output_layout(7, 1025, 0, DType::kFloat32).row_stride, 1280);
+  EXPECT_EQ(mqa_logits_output_layout(7, 1000, 0, DType::kBFloat16).row_stride, 1024);
+  EXPECT_EQ(mqa_logits_output_layout(7, 5000, 300, DType::kBFloat16).cols, 300);
+  EXPECT_EQ(mqa_logits_output_layout(7, 5000, 300, DType::kBFloat16).row_stride, 512);
+  const OutputLayout paged = paged_mqa_logits_output_layout(12, 4097, DType::kFloat32);
+  EXPECT_EQ(paged.rows, 12);
+  EXPECT_EQ(paged.cols, 4097);
+  EXPECT_EQ(paged.row_stride, 4352);
+  expect_refused([] { mqa_logits_output_layout(-1, 10, 0, DType::kFloat32); }, "seq_len");
+  expect_refused([] { mqa_logits_output_layout(1, 10, 0, DType::kInt32); }, "logits_dtype");
+  expect_refused([] { paged_mqa_logits_output_layout(1, -10, DType::kFloat32); },
+                 "max_context_len");
+}
+
+}  // namespace
+}  // namespace mqa_logits
