@@ -57,6 +57,10 @@ class JsonWriter {
     out_ << number;
     return *this;
   }
+  JsonWriter& value(unsigned long long number) {
+    out_ << number;
+    return *this;
+  }
   JsonWriter& value(double number) {
     if (std::isfinite(number)) {
       out_ << format_string("%.17g", number);
@@ -168,7 +172,7 @@ void write_json(const std::string& path, const Options& options, const RunResult
   json.key("weights_and_logits_dtype").value(options.bf16 ? "bfloat16" : "float32");
   json.key("clean_logits").value(options.clean_logits);
   write_shape(json, options);
-  json.key("seed").value(static_cast<long long>(options.seed));
+  json.key("seed").value(static_cast<unsigned long long>(options.seed));
   json.key("output_rows").value(ll(r.rows)).key("output_cols").value(ll(r.cols));
   json.key("pairs").value(ll(r.pairs));
   json.key("flops_per_call").value(r.flops).key("bytes_per_call").value(r.bytes);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "cuda/cuda_backend.hpp"
+#include "cuda/device_guard.hpp"
 #include "kernels/sm90/paged_plan.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"
@@ -68,6 +69,7 @@ void run_paged(const PagedProblem& problem, cudaStream_t stream) {
   }
   // Nothing to write: no rows, or no columns.
   if (problem.batch == 0 || problem.max_context_len == 0) return;
+  const DeviceGuard guard(problem.device.index);
   switch (problem.head_dim) {
     case 32: return dispatch_heads<32>(problem, stream);
     case 64: return dispatch_heads<64>(problem, stream);

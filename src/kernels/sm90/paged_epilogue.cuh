@@ -23,6 +23,15 @@ struct TileScales {
   bool in_block = false;
 };
 
+// Where the fp32 weight copy keeps head h of a row: grouped by the quad lane that reads it, so
+// that a lane's heads 8j + 2q, 8j + 2q + 1 (j = 0, 1, ...) are contiguous and two blocks j come
+// in one 16-byte load.
+__host__ __device__ constexpr int weight_index(int head, int heads) {
+  const int quad = head % 8 / 2;
+  const int block = head / 8;
+  return quad * (heads / 4) + block * 2 + head % 2;
+}
+
 // How a chunk of kRows rows leaves the quad reduction: each thread holds kValues partial sums
 // (row t, key k) at v = 2t + k (rows padded to an even count), and after the reduction lane q of a
 // quad keeps kKept of them, v = q * kKept + i; a single row is all-reduced instead, lane q
@@ -154,15 +163,24 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p,
     float sum0 = 0.0f;
     float sum1 = 0.0f;
     if (t < kRows && t < rows) {
-      const float* w = weights + (kFirstRow + t) * H + 2 * quad;
-#pragma unroll
-      for (int jj = 0; jj < kBlocksPerRow; ++jj) {
+      // This lane's weights of row t: blocks jj = 0, 1, ... at w + 2 jj (weight_index).
+      const float* w = weights + (kFirstRow + t) * H + quad * (H / 4);
+      const auto add_block = [&](int jj, float w0, float w1) {
         const int j = t * kBlocksPerRow + jj;
-        const float2 wj = *reinterpret_cast<const float2*>(w + 8 * jj);
-        sum0 = fmaf(wj.x, fmaxf(acc[4 * j + 0], 0.0f), sum0);
-        sum0 = fmaf(wj.y, fmaxf(acc[4 * j + 1], 0.0f), sum0);
-        sum1 = fmaf(wj.x, fmaxf(acc[4 * j + 2], 0.0f), sum1);
-        sum1 = fmaf(wj.y, fmaxf(acc[4 * j + 3], 0.0f), sum1);
+        sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);
+        sum0 = fmaf(w1, fmaxf(acc[4 * j + 1], 0.0f), sum0);
+        sum1 = fmaf(w0, fmaxf(acc[4 * j + 2], 0.0f), sum1);
+        sum1 = fmaf(w1, fmaxf(acc[4 * j + 3], 0.0f), sum1);
+      };
+#pragma unroll
+      for (int jj = 0; jj + 1 < kBlocksPerRow; jj += 2) {
+        const float4 wj = *reinterpret_cast<const float4*>(w + 2 * jj);
+        add_block(jj, wj.x, wj.y);
+        add_block(jj + 1, wj.z, wj.w);
+      }
+      if constexpr (kBlocksPerRow % 2 != 0) {  // H = 8: one block
+        const float2 wj = *reinterpret_cast<const float2*>(w + 2 * (kBlocksPerRow - 1));
+        add_block(kBlocksPerRow - 1, wj.x, wj.y);
       }
     }
     part[2 * t] = sum0;

@@ -370,20 +370,21 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   }
 }
 
-// This warpgroup's fp32 copy of the group's weights, so that the epilogue reads fp32 whatever
-// the stored dtype. The first barrier keeps the previous group's copy until every thread of the
-// warpgroup is done with it, the second publishes the new one.
-__device__ inline void copy_weights_fp32(const PagedParams& p, const SharedState& s, int count,
-                                         int slot, float* out, int math_warpgroup) {
+// This warpgroup's fp32 copy of the group's `rows` rows of weights, in the order the epilogue
+// reads them (weight_index), whatever the stored dtype. The first barrier keeps the previous
+// group's copy until every thread of the warpgroup is done with it, the second publishes the new
+// one.
+template <int H>
+__device__ void copy_weights_fp32(const PagedParams& p, const SharedState& s, int rows, int slot,
+                                  float* out, int math_warpgroup) {
   const int barrier = 1 + math_warpgroup;  // named barriers 1 and 2
   const int thread = static_cast<int>(threadIdx.x % 128);
   named_barrier_sync(barrier, 128);
-  if (p.weights_bf16) {
-    const auto* in = reinterpret_cast<const __nv_bfloat16*>(s.weight_slot(slot));
-    for (int i = thread; i < count; i += 128) out[i] = __bfloat162float(in[i]);
-  } else {
-    const auto* in = reinterpret_cast<const float*>(s.weight_slot(slot));
-    for (int i = thread; i < count; i += 128) out[i] = in[i];
+  const std::uint8_t* in = s.weight_slot(slot);
+  for (int i = thread; i < rows * H; i += 128) {
+    const float w = p.weights_bf16 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(in)[i])
+                                   : reinterpret_cast<const float*>(in)[i];
+    out[i / H * H + weight_index(i % H, H)] = w;
   }
   named_barrier_sync(barrier, 128);
 }
@@ -401,7 +402,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
     // its q_empty arrival never runs a phase ahead of the other warpgroup's.
     s.q_full(q_ring.stage)->wait(q_ring.phase);
-    copy_weights_fp32(p, s, g.rows * H, q_ring.stage, weights, math_warpgroup);
+    copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, weights, math_warpgroup);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
     for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
       if (!g.tile_needed(tile)) continue;
