@@ -43,8 +43,9 @@ Traffic traffic(const support::PagedWorkload& w) {
     t.bytes += static_cast<double>(keys) * static_cast<double>(w.token_bytes + 4);
     t.bytes += 4.0 * static_cast<double>((keys + spec.block_kv - 1) / spec.block_kv);
   }
-  t.bytes += static_cast<double>(w.num_rows * spec.num_heads) *
-             (static_cast<double>(w.token_bytes) + static_cast<double>(dtype_size(spec.weights_dtype)));
+  t.bytes +=
+      static_cast<double>(w.num_rows * spec.num_heads) *
+      (static_cast<double>(w.token_bytes) + static_cast<double>(dtype_size(spec.weights_dtype)));
   t.bytes += 4.0 * static_cast<double>(w.context_lens().size());
   t.bytes += spec.clean_logits ? static_cast<double>(w.num_rows * w.max_context_len) * out_bytes
                                : t.pairs * out_bytes;
@@ -124,16 +125,16 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
 }  // namespace
 
 std::vector<Record> run_paged_bench(const BenchContext& context) {
-  std::vector<Shape> shapes = {{64, 1, 32768, 64},  {64, 2, 32768, 64},   {64, 4, 32768, 64},
-                               {256, 1, 8192, 64},  {256, 2, 65536, 64},  {128, 4, 65536, 64},
-                               {1, 1, 131072, 64},  {512, 1, 4096, 64},   {64, 1, 32768, 32},
+  std::vector<Shape> shapes = {{64, 1, 32768, 64}, {64, 2, 32768, 64},  {64, 4, 32768, 64},
+                               {256, 1, 8192, 64}, {256, 2, 65536, 64}, {128, 4, 65536, 64},
+                               {1, 1, 131072, 64}, {512, 1, 4096, 64},  {64, 1, 32768, 32},
                                {64, 2, 32768, 32}};
   if (context.quick) {
     shapes = {{64, 1, 32768, 64}, {64, 4, 32768, 64}, {1, 1, 131072, 64}, {64, 2, 32768, 32}};
   }
   std::vector<Record> records;
-  std::printf("%-22s %9s %8s %9s %7s %8s %9s %s\n", "decode B/N/avg/bk", "us", "TB/s",
-              "floor us", "%floor", "bound", "meta us", "check");
+  std::printf("%-22s %9s %8s %9s %7s %8s %9s %s\n", "decode B/N/avg/bk", "us", "TB/s", "floor us",
+              "%floor", "bound", "meta us", "check");
   for (const Shape& shape : shapes) {
     const std::string name = std::to_string(shape.batch) + "/" + std::to_string(shape.next_n) +
                              "/" + std::to_string(shape.avg_context) + "/" +
@@ -148,8 +149,11 @@ std::vector<Record> run_paged_bench(const BenchContext& context) {
                   std::get<double>(r.at("metadata_us")),
                   std::get<bool>(r.at("verified")) ? "ok" : "FAILED");
     } catch (const std::exception& e) {
-      records.push_back(Record().set("op", std::string("decode")).set("shape", name)
-                            .set("verified", false).set("error", std::string(e.what())));
+      records.push_back(Record()
+                            .set("op", std::string("decode"))
+                            .set("shape", name)
+                            .set("verified", false)
+                            .set("error", std::string(e.what())));
       std::printf("%-22s ERROR: %s\n", name.c_str(), e.what());
     }
     std::fflush(stdout);

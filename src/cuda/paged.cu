@@ -52,8 +52,8 @@ void dispatch_heads(const PagedProblem& problem, cudaStream_t stream) {
     case 64: return dispatch_group<kHeadDim, 64>(problem, stream);
     default: break;
   }
-  throw InvalidArgument("q", "expected 8, 16, 32 or 64 heads, got " +
-                                 std::to_string(problem.num_heads));
+  throw InvalidArgument("q",
+                        "expected 8, 16, 32 or 64 heads, got " + std::to_string(problem.num_heads));
 }
 
 }  // namespace
@@ -76,8 +76,8 @@ void run_paged(const PagedProblem& problem, cudaStream_t stream) {
     case 128: return dispatch_heads<128>(problem, stream);
     default: break;
   }
-  throw InvalidArgument("q", "expected head dim 32, 64 or 128, got " +
-                                 std::to_string(problem.head_dim));
+  throw InvalidArgument("q",
+                        "expected head dim 32, 64 or 128, got " + std::to_string(problem.head_dim));
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -26,24 +26,24 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   // q rows times heads (plus one q slot of padding) are TMA coordinates (int32), and so bound
   // every row index of the kernel.
   const std::int64_t pairs = problem.batch * problem.next_n * H;
-  if (pairs > std::numeric_limits<std::int32_t>::max() - paged::kMaxGroupRows * paged::kMaxMmaWidth) {
-    throw InvalidArgument("q", "expected fewer than 2^31 - 2048 (row, head) pairs, got " +
-                                   std::to_string(pairs));
+  if (pairs >
+      std::numeric_limits<std::int32_t>::max() - paged::kMaxGroupRows * paged::kMaxMmaWidth) {
+    throw InvalidArgument(
+        "q", "expected fewer than 2^31 - 2048 (row, head) pairs, got " + std::to_string(pairs));
   }
   const TmaSwizzle swizzle = swizzle_for_row_bytes(D);
-  params.q_map = make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                                    static_cast<std::uint64_t>(pairs),
-                                    D, D, paged::kQBoxRows, D, swizzle);
+  params.q_map =
+      make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                         static_cast<std::uint64_t>(pairs), D, D, paged::kQBoxRows, D, swizzle);
   // TMA needs 16-byte strides; other block strides (multiples of 4) take the cp.async path. With
   // no blocks at all every block id is invalid and no key is ever loaded.
   params.kv_tma = problem.num_blocks > 0 && problem.block_stride_bytes % 16 == 0;
   if (params.kv_tma) {
     const auto bk = static_cast<std::uint64_t>(problem.block_kv);
-    params.kv_map = make_tensor_map_3d(
-        problem.kv_cache, CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        {D, bk, static_cast<std::uint64_t>(problem.num_blocks)},
-        {D, static_cast<std::uint64_t>(problem.block_stride_bytes)},
-        {D, static_cast<std::uint32_t>(bk), 1}, swizzle);
+    params.kv_map = make_tensor_map_3d(problem.kv_cache, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                       {D, bk, static_cast<std::uint64_t>(problem.num_blocks)},
+                                       {D, static_cast<std::uint64_t>(problem.block_stride_bytes)},
+                                       {D, static_cast<std::uint32_t>(bk), 1}, swizzle);
   }
   params.kv_cache = problem.kv_cache;
   params.block_stride_bytes = problem.block_stride_bytes;
@@ -69,10 +69,9 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   params.weights_bf16 = problem.weights_dtype == DType::kBFloat16;
   params.logits_bf16 = problem.logits_dtype == DType::kBFloat16;
   params.clean_logits = problem.clean_logits;
-  params.group_rows = problem.indices != nullptr ? paged::varlen_group_rows(H)
-                                                 : static_cast<int>(problem.next_n);
-  params.smem = paged::make_smem_layout(D, H, mma_rows, params.weights_bf16 ? 2 : 4,
-                                        smem_budget);
+  params.group_rows =
+      problem.indices != nullptr ? paged::varlen_group_rows(H) : static_cast<int>(problem.next_n);
+  params.smem = paged::make_smem_layout(D, H, mma_rows, params.weights_bf16 ? 2 : 4, smem_budget);
   return params;
 }
 

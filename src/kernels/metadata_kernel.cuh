@@ -6,10 +6,10 @@
 // One CTA of kMetadataThreads threads: thread i counts the items of a contiguous run of units, a
 // block-wide exclusive scan gives every run its first item, and each thread writes the rows of
 // the workers whose segments start inside its run (segment starts come from segment_begin and are
-// found by binary search over the split). Workers whose segments start at the end of the list (more workers than
-// items) and the final row get (number of units, 0). Every output row is written by exactly one
-// thread; the cost is one pass over the inputs, a scan and O(workers) writes: a few microseconds,
-// dominated by launch latency.
+// found by binary search over the split). Workers whose segments start at the end of the list (more
+// workers than items) and the final row get (number of units, 0). Every output row is written by
+// exactly one thread; the cost is one pass over the inputs, a scan and O(workers) writes: a few
+// microseconds, dominated by launch latency.
 //
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
 // (which may have produced its inputs) and immediately lets the next one (the logits kernel,
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kMetadataThreads)
     }
     first_item += items;
   }
-  for (int k = first_worker_at(split, workers, total) + static_cast<int>(threadIdx.x);
-       k <= workers; k += kMetadataThreads) {
+  for (int k = first_worker_at(split, workers, total) + static_cast<int>(threadIdx.x); k <= workers;
+       k += kMetadataThreads) {
     out[k * schedule::kMetaCols] = static_cast<std::int32_t>(count);
     out[k * schedule::kMetaCols + 1] = 0;
   }

@@ -53,7 +53,8 @@ Table make_table(const PagedWorkload& w, const Variation& v) {
 }
 
 TensorView table_view(void* data, const PagedWorkload& w, const Table& t, Device device) {
-  TensorView view = TensorView::contiguous(data, DType::kInt32, {w.table_rows, w.max_blocks}, device);
+  TensorView view =
+      TensorView::contiguous(data, DType::kInt32, {w.table_rows, w.max_blocks}, device);
   view.strides[0] = t.stride;
   return view;
 }
@@ -72,7 +73,8 @@ class PagedCase {
         table_(make_table(workload_, variation)),
         device_(gpu_test::upload(workload_.buffers)),
         device_table_(table_.entries.size() * sizeof(std::int32_t)),
-        device_meta_(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2 * sizeof(std::int32_t)),
+        device_meta_(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2 *
+                     sizeof(std::int32_t)),
         out_(workload_.logits_bytes()) {
     if (!table_.entries.empty()) {
       gpu_test::check(cudaMemcpy(device_table_.data(), table_.entries.data(), device_table_.bytes(),
@@ -388,35 +390,42 @@ std::vector<std::int32_t> download_meta(const DeviceBuffer& buffer) {
 TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
   std::mt19937 gen(36);
   for (int trial = 0; trial < 60; ++trial) {
-    const std::int64_t batch = std::uniform_int_distribution<std::int64_t>(0, trial % 5 == 0 ? 5000 : 300)(gen);
+    const std::int64_t batch =
+        std::uniform_int_distribution<std::int64_t>(0, trial % 5 == 0 ? 5000 : 300)(gen);
     const bool lens_2d = trial % 3 == 0;
     const std::int64_t cols = lens_2d ? std::uniform_int_distribution<int>(1, 8)(gen) : 1;
     std::vector<std::int32_t> lens(static_cast<std::size_t>(batch * cols));
     for (auto& len : lens) {
       const int kind = std::uniform_int_distribution<int>(0, 9)(gen);
-      len = kind == 0 ? 0 : kind == 1 ? -3 : kind == 2 ? 200000 : std::uniform_int_distribution<int>(1, 9000)(gen);
+      len = kind == 0   ? 0
+            : kind == 1 ? -3
+            : kind == 2 ? 200000
+                        : std::uniform_int_distribution<int>(1, 9000)(gen);
     }
     const int workers = std::uniform_int_distribution<int>(1, 300)(gen);
     const auto rows = schedule_meta_rows(workers);
-    const TensorView host_lens = lens_2d ? TensorView::contiguous(lens.data(), DType::kInt32, {batch, cols})
-                                         : TensorView::contiguous(lens.data(), DType::kInt32, {batch});
+    const TensorView host_lens =
+        lens_2d ? TensorView::contiguous(lens.data(), DType::kInt32, {batch, cols})
+                : TensorView::contiguous(lens.data(), DType::kInt32, {batch});
     std::vector<std::int32_t> host(static_cast<std::size_t>(rows * 2), -7);
     get_paged_mqa_logits_metadata(host_lens, 64, workers,
                                   TensorView::contiguous(host.data(), DType::kInt32, {rows, 2}));
 
     DeviceBuffer device_lens(std::max<std::size_t>(lens.size(), 1) * sizeof(std::int32_t));
     if (!lens.empty()) {
-      gpu_test::check(cudaMemcpy(device_lens.data(), lens.data(), lens.size() * sizeof(std::int32_t),
-                                 cudaMemcpyHostToDevice), "cudaMemcpy lens");
+      gpu_test::check(cudaMemcpy(device_lens.data(), lens.data(),
+                                 lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+                      "cudaMemcpy lens");
     }
     TensorView dev_lens = host_lens;
     dev_lens.data = device_lens.data();
     dev_lens.device = kGpu;
     DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
-    get_paged_mqa_logits_metadata(dev_lens, 64, workers, meta_view(device_meta.data(), workers, kGpu));
+    get_paged_mqa_logits_metadata(dev_lens, 64, workers,
+                                  meta_view(device_meta.data(), workers, kGpu));
     gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    ASSERT_EQ(download_meta(device_meta), host) << "trial " << trial << " batch " << batch
-                                                << " cols " << cols << " workers " << workers;
+    ASSERT_EQ(download_meta(device_meta), host)
+        << "trial " << trial << " batch " << batch << " cols " << cols << " workers " << workers;
   }
 }
 
@@ -424,13 +433,16 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
   const int saved = get_num_sms();
   std::mt19937 gen(37);
   for (int trial = 0; trial < 40; ++trial) {
-    const std::int64_t s = std::uniform_int_distribution<std::int64_t>(0, trial % 4 == 0 ? 6000 : 700)(gen);
+    const std::int64_t s =
+        std::uniform_int_distribution<std::int64_t>(0, trial % 4 == 0 ? 6000 : 700)(gen);
     const std::int64_t t = std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
     const int heads = 8 << std::uniform_int_distribution<int>(0, 3)(gen);
     std::vector<std::int32_t> start(static_cast<std::size_t>(s)), end(static_cast<std::size_t>(s));
     for (std::int64_t i = 0; i < s; ++i) {
-      start[i] = std::uniform_int_distribution<std::int32_t>(-100, static_cast<std::int32_t>(t) + 50)(gen);
-      end[i] = std::uniform_int_distribution<std::int32_t>(-50, static_cast<std::int32_t>(t) + 300)(gen);
+      start[i] =
+          std::uniform_int_distribution<std::int32_t>(-100, static_cast<std::int32_t>(t) + 50)(gen);
+      end[i] =
+          std::uniform_int_distribution<std::int32_t>(-50, static_cast<std::int32_t>(t) + 300)(gen);
       if (trial % 2 == 0) {  // causal-like: growing windows
         start[i] = 0;
         end[i] = static_cast<std::int32_t>(std::max<std::int64_t>(0, t - s + i + 1));
@@ -447,8 +459,10 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
     const std::size_t bytes = std::max<std::size_t>(start.size(), 1) * sizeof(std::int32_t);
     DeviceBuffer device_start(bytes), device_end(bytes);
     if (s > 0) {
-      gpu_test::check(cudaMemcpy(device_start.data(), start.data(), s * 4, cudaMemcpyHostToDevice), "start");
-      gpu_test::check(cudaMemcpy(device_end.data(), end.data(), s * 4, cudaMemcpyHostToDevice), "end");
+      gpu_test::check(cudaMemcpy(device_start.data(), start.data(), s * 4, cudaMemcpyHostToDevice),
+                      "start");
+      gpu_test::check(cudaMemcpy(device_end.data(), end.data(), s * 4, cudaMemcpyHostToDevice),
+                      "end");
     }
     DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
     get_mqa_logits_metadata(TensorView::contiguous(device_start.data(), DType::kInt32, {s}, kGpu),

@@ -41,7 +41,9 @@ struct QuadSums {
   static constexpr int kSlots = kRows == 1 ? 1 : (kRows + 1) / 2 * 2;
   static constexpr int kValues = 2 * kSlots;
   static constexpr int kKept = kValues >= 4 ? kValues / 4 : 1;
-  __device__ static int value(int quad, int i) { return kValues >= 4 ? quad * kKept + i : quad / 2; }
+  __device__ static int value(int quad, int i) {
+    return kValues >= 4 ? quad * kKept + i : quad / 2;
+  }
   __device__ static bool stores(int quad) { return kValues >= 4 || quad % 2 == 0; }
 };
 
@@ -124,8 +126,8 @@ struct StoreRows {
 // Stores the sum of (group row `u`, key `key`) of tile `tile`, or -inf, or nothing (see the
 // coverage rules at the top).
 __device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row,
-                                            int first_row, int u, int tile, int key,
-                                            float value, bool in_block) {
+                                            int first_row, int u, int tile, int key, float value,
+                                            bool in_block) {
   if (tile < row.tile_lo || tile >= row.tile_hi) return;
   const int pos = tile * kTileKeys + key;
   if (pos >= p.max_context_len) return;
@@ -145,8 +147,7 @@ __device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow
 // Accumulator layout (wgmma): acc[4j + 2r + e] is key key0 + 8r, column 8j + 2 * quad + e; with
 // H >= 8 an 8-column block j lies in one row, t = j / (H / 8).
 template <int H, int kMmaRows, int C, int Size>
-__device__ __forceinline__ void chunk_epilogue(const PagedParams& p,
-                                               const Group<kMmaRows, true>& g,
+__device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group<kMmaRows, true>& g,
                                                const StoreRows<H, kMmaRows>& rows_out,
                                                const float (&acc)[Size], const float* weights,
                                                int tile, const TileScales& scales, int lane) {

@@ -13,9 +13,10 @@
 // outside [0, num_blocks) are never read: their keys are outside the window).
 //
 // Warp roles (384 threads, three warpgroups):
-//   warpgroup 0, warp 0   producer: walks the segment, reads block ids 32 at a time, issues the
-//                         TMA loads (or, for block strides TMA cannot express, 4-byte cp.async
-//                         with the same swizzle) of q / weights per group and keys per tile.
+//   warpgroup 0, warp 0   producer: walks the segment, reads block ids 32 at a time (the next
+//                         32 already in flight), issues the TMA loads (or, for block strides TMA
+//                         cannot express, 4-byte cp.async with the same swizzle) of q / weights per
+//                         group and keys per tile.
 //   warpgroup 0, warps 1-3 warp 1 first prefetches into L2 what the producer reads per group
 //                         (block-table entries, q, weights); then all three clean
 //                         (clean_logits): -inf over every row's columns from its length rounded
@@ -165,7 +166,8 @@ __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int 
   for (int b = 0; b < 2; ++b) {
     if (((mask >> b) & 1) == 0) continue;
     const std::uint8_t* block = p.kv_cache + ids[b] * p.block_stride_bytes;
-#pragma unroll 1  // the producer runs on few registers; cp.async is issued, not waited on
+    // Rolled: the producer runs on few registers, and cp.async is issued, not waited on.
+#pragma unroll 1
     for (int word = lane; word < bk * kWordsPerRow; word += 32) {
       const int row = word / kWordsPerRow;
       const int byte = (word % kWordsPerRow) * 4;
@@ -183,8 +185,8 @@ __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int 
 // Loads tile `tile` of a group into stage ring.stage; `key_limit` is the group's longest row.
 // kTma: by TMA (one 3-D box and one bulk copy of scales per block); else by cp.async.
 template <int D, bool kTma>
-__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s,
-                                          int key_limit, BlockIdWindow& block_ids, int tile,
+__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s, int key_limit,
+                                          BlockIdWindow& block_ids, int tile,
                                           const RuntimeRingPosition& ring, int lane) {
   const int bk = p.block_kv;
   const int blocks_per_tile = kTileKeys / bk;
@@ -352,9 +354,9 @@ template <int D, int H, int kMmaRows>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
-                                             const std::uint8_t* q_slot,
-                                             const float* weights, int tile, int stage,
-                                             std::uint32_t phase, int key0, int lane) {
+                                             const std::uint8_t* q_slot, const float* weights,
+                                             int tile, int stage, std::uint32_t phase, int key0,
+                                             int lane) {
   s.full(stage)->wait(phase);
   const std::uint32_t loaded = *s.info(stage);
   TileScales scales;
@@ -365,8 +367,7 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   scales.in_block = ((loaded >> (key0 / p.block_kv)) & 1) != 0;
   compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
-    compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales,
-                                     lane);
+    compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
   }
 }
 

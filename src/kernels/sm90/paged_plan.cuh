@@ -6,10 +6,10 @@
 // [(g0, i0), (g1, i1)) of a list of units (sequences; rows in the varlen form), an item being
 // kPagedSplitTokens keys of one unit. The kernel turns the segment into groups, rows that share
 // one block-table row and so one load of every key: the next_n rows of a sequence, or up to
-// varlen_group_rows(H) consecutive varlen rows with equal indices. Each row of a group keeps its own
-// range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded when
-// any row of the group needs it, and written only for the rows that do. So every (row, tile) is
-// owned by exactly one worker, whatever the grouping.
+// varlen_group_rows(H) consecutive varlen rows with equal indices. Each row of a group keeps its
+// own range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded
+// when any row of the group needs it, and written only for the rows that do. So every (row, tile)
+// is owned by exactly one worker, whatever the grouping.
 #pragma once
 
 #include <cuda.h>
@@ -24,13 +24,13 @@ inline constexpr int kTileKeys = 64;  // keys per tile: the M side of one wgmma
 inline constexpr int kTilesPerItem = schedule::kPagedSplitTokens / kTileKeys;
 static_assert(schedule::kPagedSplitTokens % kTileKeys == 0, "an item is whole tiles");
 
-inline constexpr int kMaxGroupRows = 8;     // next_n <= 8
+inline constexpr int kMaxGroupRows = 8;        // next_n <= 8
 inline constexpr int kMaxVarlenGroupRows = 4;  // varlen rows of one sequence decoded together
-inline constexpr int kMaxMmaWidth = 256;    // wgmma N limit
-inline constexpr int kWidthGranule = 64;    // chunk widths are multiples of this (wgmma shapes)
-inline constexpr int kQBoxRows = 64;        // (row, head) pairs per q TMA box
+inline constexpr int kMaxMmaWidth = 256;       // wgmma N limit
+inline constexpr int kWidthGranule = 64;       // chunk widths are multiples of this (wgmma shapes)
+inline constexpr int kQBoxRows = 64;           // (row, head) pairs per q TMA box
 inline constexpr int kMaxStages = 32;
-inline constexpr int kQSlots = 2;           // a group's q is loaded while the previous one runs
+inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous one runs
 inline constexpr int kScaleBytes = 4;
 
 inline constexpr int kWarpsPerWarpgroup = 4;
@@ -40,7 +40,9 @@ inline constexpr int kCleanerWarps = kWarpsPerWarpgroup - 1;  // producer warpgr
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
 
 // For a >= 0, without overflow near INT_MAX.
-__host__ __device__ constexpr int ceil_div_int(int a, int b) { return a / b + (a % b != 0 ? 1 : 0); }
+__host__ __device__ constexpr int ceil_div_int(int a, int b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr std::int64_t min64(std::int64_t a, std::int64_t b) {
   return a < b ? a : b;
@@ -98,8 +100,8 @@ __host__ __device__ constexpr int varlen_group_rows(int heads) {
 // ---- shared memory --------------------------------------------------------------------------
 
 struct SmemLayout {
-  std::uint32_t q_slot_bytes = 0;       // q of one group: [pairs][D], swizzled by TMA
-  std::uint32_t weight_slot_bytes = 0;  // weights of one group as stored: [pairs] fp32 or bf16
+  std::uint32_t q_slot_bytes = 0;        // q of one group: [pairs][D], swizzled by TMA
+  std::uint32_t weight_slot_bytes = 0;   // weights of one group as stored: [pairs] fp32 or bf16
   std::uint32_t fp32_weights_bytes = 0;  // one math warpgroup's fp32 copy: [pairs]
   std::uint32_t tile_bytes = 0;          // one stage of key values: [64][D], swizzled by TMA
   int stages = 0;
@@ -108,9 +110,9 @@ struct SmemLayout {
   std::uint32_t weights_offset = 0;       // kQSlots weight slots
   std::uint32_t fp32_weights_offset = 0;  // kMathWarpgroups fp32 copies
   std::uint32_t scales_offset = 0;        // `stages` x kTileKeys fp32 key scales
-  std::uint32_t info_offset = 0;     // `stages` x uint32: which blocks of the tile were loaded
-  std::uint32_t barriers_offset = 0;  // full[stages], empty[stages], q_full[2], q_empty[2]
-  std::uint32_t total_bytes = 0;      // from a 1024-byte aligned base
+  std::uint32_t info_offset = 0;          // `stages` x uint32: which blocks of the tile were loaded
+  std::uint32_t barriers_offset = 0;      // full[stages], empty[stages], q_full[2], q_empty[2]
+  std::uint32_t total_bytes = 0;          // from a 1024-byte aligned base
 };
 
 __host__ __device__ constexpr std::uint32_t align_up(std::uint32_t value, std::uint32_t to) {
@@ -166,9 +168,9 @@ struct PagedParams {
   std::int64_t max_context_len;
   std::int64_t key_cap;  // keys any row can have: min(max_context_len, max_blocks * block_kv)
   int units;             // sequences, or rows in the varlen form
-  int next_n;          // rows per sequence (1 in the varlen form)
-  int group_rows;      // rows of the largest group: next_n, or varlen_group_rows(H)
-  int lens_cols;       // columns of 2-D context lengths (next_n), 1 for 1-D
+  int next_n;            // rows per sequence (1 in the varlen form)
+  int group_rows;        // rows of the largest group: next_n, or varlen_group_rows(H)
+  int lens_cols;         // columns of 2-D context lengths (next_n), 1 for 1-D
   int block_kv;
   bool lens_2d;
   bool kv_tma;  // keys by TMA; else (block stride not a multiple of 16) by 4-byte cp.async
@@ -188,8 +190,9 @@ __device__ __forceinline__ int row_key_count(const PagedParams& p, int unit, int
                                              bool table_valid) {
   if (!table_valid) return 0;
   const std::int64_t len =
-      p.indices != nullptr ? schedule::paged_row_length(p.context_lens, p.lens_2d, unit, 1, 0)
-                           : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
+      p.indices != nullptr
+          ? schedule::paged_row_length(p.context_lens, p.lens_2d, unit, 1, 0)
+          : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
   return static_cast<int>(min64(len, p.key_cap));
 }
 
@@ -311,7 +314,8 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
       // Varlen rows are units of their own, with their own items.
       const int row_unit = p.indices == nullptr ? unit : unit + t;
       const int items = p.indices == nullptr ? shared_items : unit_items(p, row_unit);
-      const RowTiles r = row_tiles(seg, row_unit, items, row_key_count(p, row_unit, t, table_valid));
+      const RowTiles r =
+          row_tiles(seg, row_unit, items, row_key_count(p, row_unit, t, table_valid));
       if constexpr (kKeepRows) g.row[t] = r;
       g.key_limit = r.keys > g.key_limit ? r.keys : g.key_limit;
       if (t == 0) {
@@ -334,7 +338,8 @@ __device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
   const int unit_end = min_int(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
   for (int unit = seg.g0; unit < unit_end;) {
     int next = unit + 1;
-    const Group<kRows, kKeepRows> group = load_group<kRows, kKeepRows>(p, seg, unit, unit_end, &next);
+    const Group<kRows, kKeepRows> group =
+        load_group<kRows, kKeepRows>(p, seg, unit, unit_end, &next);
     if (group.has_tiles()) fn(group);
     unit = next;
   }

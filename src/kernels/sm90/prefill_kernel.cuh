@@ -41,7 +41,7 @@ namespace mqa_logits::sm90 {
 struct PrefillParams {
   CUtensorMap q_map;       // [S * H, D] bytes, box 256 x D
   CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
-  CUtensorMap kscale_map;  // [T] fp32, box 128
+  CUtensorMap kscale_map;  // [T] fp32, box 132 (from the 16-byte aligned key at or below a tile)
   const void* weights;     // [S, H] fp32 or bf16
   std::int64_t weights_row_stride;
   const std::int32_t* k_start;
