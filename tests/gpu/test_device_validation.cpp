@@ -154,6 +154,27 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// No CUDA decode kernel in this release: a valid all-device call is refused, never run on the CPU.
+TEST_F(DevicePrefill, PagedOnDeviceIsRefusedWithoutWriting) {
+  test::PagedInputs paged;
+  const DeviceBuffer q = upload(paged.q_data), cache = upload(paged.cache_data),
+                     weights = upload(paged.weights_data), lens = upload(paged.lens_data),
+                     table = upload(paged.table_data), meta = upload(paged.meta_data),
+                     logits = upload(paged.out.bytes);
+  place(paged.q.values, q);
+  place(paged.kv_cache, cache);
+  place(paged.weights, weights);
+  place(paged.context_lens, lens);
+  place(paged.block_table, table);
+  place(paged.schedule_meta, meta);
+  place(paged.logits, logits);
+  expect_refused([&] { paged.call(); }, "q");
+  const auto after = logits.download();
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
+                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(DevicePrefill, SmCountSettings) {
   int device = 0;
   gpu_test::check(cudaGetDevice(&device), "cudaGetDevice");
