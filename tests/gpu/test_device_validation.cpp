@@ -34,6 +34,12 @@ DeviceBuffer upload(const std::vector<T>& host) {
   return upload(host.data(), host.size() * sizeof(T));
 }
 
+// Points `view` at `buffer` on the GPU.
+void place(TensorView& view, const DeviceBuffer& buffer) {
+  view.data = buffer.data();
+  view.device = kGpu;
+}
+
 // A prefill call whose tensors all live on the GPU, built from host inputs.
 class DevicePrefill : public gpu_test::GpuTest {
  protected:
@@ -54,11 +60,6 @@ class DevicePrefill : public gpu_test::GpuTest {
     place(in_.k_start, start_);
     place(in_.k_end, end_);
     place(in_.logits, logits_);
-  }
-
-  static void place(TensorView& view, const DeviceBuffer& buffer) {
-    view.data = buffer.data();
-    view.device = kGpu;
   }
 
   // The call is refused naming `argument`; nothing reached the output or the error state.
@@ -135,20 +136,28 @@ TEST_F(DevicePrefill, BackendPointerChecks) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// Device copies of a paged call's inputs (all but the block table), its views moved onto them.
+struct DevicePaged {
+  DeviceBuffer q, cache, weights, lens, meta, logits;
+  explicit DevicePaged(test::PagedInputs& paged)
+      : q(upload(paged.q_data)), cache(upload(paged.cache_data)),
+        weights(upload(paged.weights_data)), lens(upload(paged.lens_data)),
+        meta(upload(paged.meta_data)), logits(upload(paged.out.bytes)) {
+    place(paged.q.values, q);
+    place(paged.kv_cache, cache);
+    place(paged.weights, weights);
+    place(paged.context_lens, lens);
+    place(paged.schedule_meta, meta);
+    place(paged.logits, logits);
+  }
+};
+
 TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
   test::PagedInputs paged;
-  const DeviceBuffer q = upload(paged.q_data), cache = upload(paged.cache_data),
-                     weights = upload(paged.weights_data), lens = upload(paged.lens_data),
-                     meta = upload(paged.meta_data), logits = upload(paged.out.bytes);
-  place(paged.q.values, q);
-  place(paged.kv_cache, cache);
-  place(paged.weights, weights);
-  place(paged.context_lens, lens);
-  place(paged.schedule_meta, meta);
-  place(paged.logits, logits);
+  const DevicePaged device(paged);
   paged.block_table.device = kGpu;  // but still host memory
   expect_refused([&] { paged.call(); }, "block_table");
-  const auto after = logits.download();
+  const auto after = device.logits.download();
   EXPECT_TRUE(std::all_of(after.begin(), after.end(),
                           [](std::byte b) { return b == std::byte{test::kPoison}; }));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -157,19 +166,11 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
 // No CUDA decode kernel in this release: a valid all-device call is refused, never run on the CPU.
 TEST_F(DevicePrefill, PagedOnDeviceIsRefusedWithoutWriting) {
   test::PagedInputs paged;
-  const DeviceBuffer q = upload(paged.q_data), cache = upload(paged.cache_data),
-                     weights = upload(paged.weights_data), lens = upload(paged.lens_data),
-                     table = upload(paged.table_data), meta = upload(paged.meta_data),
-                     logits = upload(paged.out.bytes);
-  place(paged.q.values, q);
-  place(paged.kv_cache, cache);
-  place(paged.weights, weights);
-  place(paged.context_lens, lens);
+  const DevicePaged device(paged);
+  const DeviceBuffer table = upload(paged.table_data);
   place(paged.block_table, table);
-  place(paged.schedule_meta, meta);
-  place(paged.logits, logits);
   expect_refused([&] { paged.call(); }, "q");
-  const auto after = logits.download();
+  const auto after = device.logits.download();
   EXPECT_TRUE(std::all_of(after.begin(), after.end(),
                           [](std::byte b) { return b == std::byte{test::kPoison}; }));
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
