@@ -53,7 +53,8 @@ OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len
                                       std::int64_t max_seqlen_k, DType logits_dtype);
 
 // q:       [S, H, D] e4m3 (FP8, MXFP8) or [S, H, D/2] bytes (MXFP4); scales [S, H] int32 (MX)
-// kv:      [T, D] e4m3 or [T, D/2] bytes; scales [T] fp32 (FP8) or [T] int32 (MX)
+// kv:      [T, D] e4m3 or [T, D/2] bytes; scales [T] fp32 (FP8, non-negative: the backends
+//          apply relu before the key scale) or [T] int32 (MX)
 // weights: [S, H] fp32 or bf16, last dim contiguous
 // k_start, k_end: [S] int32; row i covers keys max(start, 0) <= j < min(end, T)
 // logits:  [S, T] (or [S, max_seqlen_k]) fp32 or bf16, last dim contiguous (see OutputLayout)
