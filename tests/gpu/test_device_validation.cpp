@@ -40,6 +40,17 @@ void place(TensorView& view, const DeviceBuffer& buffer) {
   view.device = kGpu;
 }
 
+// The call was refused naming `argument`; nothing reached `logits` or the CUDA error state.
+template <typename Call>
+void expect_refused_untouched(Call&& call, const std::string& argument, const DeviceBuffer& logits) {
+  expect_refused(std::forward<Call>(call), argument);
+  const auto after = logits.download();
+  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
+                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // A prefill call whose tensors all live on the GPU, built from host inputs.
 class DevicePrefill : public gpu_test::GpuTest {
  protected:
@@ -64,12 +75,7 @@ class DevicePrefill : public gpu_test::GpuTest {
 
   // The call is refused naming `argument`; nothing reached the output or the error state.
   void expect_refused_call(const std::string& argument) {
-    expect_refused([&] { in_.call(); }, argument);
-    const auto after = logits_.download();
-    EXPECT_TRUE(std::all_of(after.begin(), after.end(),
-                            [](std::byte b) { return b == std::byte{test::kPoison}; }));
-    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
-    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    expect_refused_untouched([&] { in_.call(); }, argument, logits_);
   }
 
   PrefillInputs in_;
@@ -156,11 +162,7 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
   test::PagedInputs paged;
   const DevicePaged device(paged);
   paged.block_table.device = kGpu;  // but still host memory
-  expect_refused([&] { paged.call(); }, "block_table");
-  const auto after = device.logits.download();
-  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
-                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  expect_refused_untouched([&] { paged.call(); }, "block_table", device.logits);
 }
 
 // No CUDA decode kernel in this release: a valid all-device call is refused, never run on the CPU.
@@ -169,11 +171,7 @@ TEST_F(DevicePrefill, PagedOnDeviceIsRefusedWithoutWriting) {
   const DevicePaged device(paged);
   const DeviceBuffer table = upload(paged.table_data);
   place(paged.block_table, table);
-  expect_refused([&] { paged.call(); }, "q");
-  const auto after = device.logits.download();
-  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
-                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  expect_refused_untouched([&] { paged.call(); }, "q", device.logits);
 }
 
 TEST_F(DevicePrefill, SmCountSettings) {

@@ -48,7 +48,7 @@ struct RingPosition {
   }
 };
 
-// ---- TMA (1-D maps are encoded as one row of a 2-D map: load them with y = 0) ---------------------------------------------------------------------------
+// ---- TMA (1-D maps are one row of a 2-D map: load them with y = 0) ---------------------
 
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
