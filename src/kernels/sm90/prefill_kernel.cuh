@@ -1,26 +1,26 @@
 // FP8 prefill logits (SPEC operation 1) on sm_90a.
 //
 // Tiling. Query rows are cut into blocks of kBlockQ = 256 / H rows (schedule.hpp): two groups of
-// kGroupQ = 128 / H rows, i.e. kGroupN = 128 (query, head) columns, one group per math warpgroup.
-// Keys are the M side of the MMA. A work item is one 128-key tile of one block; both warpgroups
-// read the same tile (halving the L2 -> SM traffic per FLOP against one group per CTA) and each
-// multiplies its two 64-key halves with its own query group:
+// kGroupQ = 128 / H rows, i.e. kGroupN = 128 (query, head) columns each. Keys are the M side of
+// the MMA. A work item is one 128-key tile of one block; the four math warpgroups share it, math
+// warpgroup w taking query group w / 2 and 64-key half w % 2 of the tile:
 //     acc[64 keys x 128 (q, h)] = K_half[64 x D] * Q_group[128 x D]^T   (wgmma m64n128k32 e4m3)
 // then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]).
 //
-// Warp roles (384 threads, one CTA per SM, persistent):
+// Warp roles (640 threads, one CTA per SM, persistent):
 //   warpgroup 0, warp 0    producer: TMA loads of Q blocks (2 buffers) and K tiles + key scales
-//                          (kStages-deep ring), 40 registers.
+//                          (kStages-deep ring).
 //   warpgroup 0, warps 1-3 cleaner: with clean_logits, writes -inf to the columns of each row that
 //                          no tile of its block covers (outside [lo, lo + 128 * tiles)), so the
-//                          main loop never waits on it; 40 registers.
-//   warpgroups 1-2         math + epilogue, 232 registers: two accumulator sets in registers, so
-//                          the relu * weight head reduction, the quad shuffles, the key scale and
-//                          the stores of one 64-key half run while the tensor cores compute the
-//                          next half.
+//                          main loop never waits on it.
+//   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
+//                          head reduction, the quad shuffles, the key scale and the stores, while
+//                          the other three warpgroups' MMAs keep the tensor cores busy.
+// Registers (setmaxnreg): 56 for warpgroup 0, 104 for the math warpgroups.
 // Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
-// warp arrives on kv_empty once it has read the stage), q_full / q_empty per Q buffer.
-// Shared memory (D = 128): Q 2 x 32 KiB, K 8 x 16 KiB, key scales 8 x 640 B, barriers: ~197 KiB.
+// warp arrives on kv_empty once its MMA has read the stage), q_full / q_empty per Q buffer.
+// Shared memory (D = 128): Q 2 x 32 KiB, K 8 x 16 KiB, key scales 8 x 640 B, per-warp weights
+// and output rows 16 x (576 + 32 * kGroupQ) B, barriers: 206-214 KiB.
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
@@ -63,14 +63,19 @@ template <int kHeadDim, int kNumHeads>
 struct PrefillTiling {
   static constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
   static constexpr int kBlockN = kBlockQ * kNumHeads;  // Q tile rows
-  static constexpr int kGroupQ = kBlockQ / 2;           // query rows per math warpgroup
+  static constexpr int kGroupQ = kBlockQ / 2;           // query rows per query group
   static constexpr int kGroupN = kGroupQ * kNumHeads;   // MMA columns per math warpgroup
   static constexpr int kTileKV = schedule::kPrefillTileKV;
   static constexpr int kKeysPerMma = 64;  // keys per wgmma (M); a tile is two halves
-  static constexpr int kMathWarpgroups = 2;  // one per query group
+  static constexpr int kMathWarpgroups = 4;  // (query group, key half) = divmod(warpgroup, 2)
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
+  // Register budgets: the CTA starts with 96 per thread (64K / 640, rounded down to 8); the
+  // producer warpgroup gives back 40 per thread, which lifts the math warpgroups to 104.
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kMathRegisters = 104;
+  static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <= kThreads * 96);
   static constexpr int kStages = 8;
   static constexpr int kQBuffers = 2;
   static constexpr int kQBytes = kBlockN * kHeadDim;
@@ -83,8 +88,15 @@ struct PrefillTiling {
   static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
+  // Each math warp keeps what it needs of its block's query group in shared memory rather than
+  // in registers: the weights, laid out so that lane l reads its 32 (16 column pairs) as 8
+  // float4 at row l % 4 (rows padded to spread the banks), then one OutputRow per query row.
+  static constexpr int kWeightRowFloats = 36;
+  static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
+  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
   static constexpr int kSmemBytes = kQBuffers * kQBytes +
                                     kStages * (kKVBytes + kScaleStride) +
+                                    kMathWarps * kWarpStateBytes +
                                     8 * (2 * kStages + 2 * kQBuffers);
   static_assert(kGroupN == 128, "the MMA is m64n128");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
@@ -196,19 +208,25 @@ __device__ __forceinline__ void fill_neg_inf(const PrefillParams& p, std::int64_
   for (std::int64_t v = thread; v < count; v += threads) vectors[v] = pattern;
 }
 
-// One output row as the math warps see it: where it starts (null past S), its key window and
-// the key of its column 0.
-struct OutputRow {
-  void* logits;
-  int lo, hi, shift;
+// One output row as the math warps see it: the address of the logit of key 0 (the row's
+// column 0 shifted by its compressed-output offset; an address only, never dereferenced
+// outside [first_key, end_key)), its key window and the keys its columns hold. 32 bytes.
+struct alignas(16) OutputRow {
+  std::int64_t key0_address;
+  int lo, hi;
+  int first_key, end_key;  // keys of columns 0 and out_cols; empty past S
 };
 
 __device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int64_t row) {
-  if (row >= p.seq_len) return {nullptr, 0, 0, 0};
+  if (row >= p.seq_len) return {0, 0, 0, 0, 0};
   const std::int32_t start = p.k_start[row];
   const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
-  char* base = static_cast<char*>(p.logits) + row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
-  return {base, static_cast<int>(win.lo), static_cast<int>(win.hi), p.compressed ? start : 0};
+  const int shift = p.compressed ? start : 0;
+  const int element = p.logits_bf16 ? 2 : 4;
+  const auto base = reinterpret_cast<std::int64_t>(p.logits) + row * p.logits_row_stride * element;
+  const std::int64_t end_key = min(std::int64_t{shift} + p.out_cols, std::int64_t{INT_MAX});
+  return {base - std::int64_t{shift} * element, static_cast<int>(win.lo), static_cast<int>(win.hi),
+          shift, static_cast<int>(end_key)};
 }
 
 template <int kHeadDim, int kNumHeads>
@@ -222,7 +240,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   std::uint8_t* q_tiles = smem;
   std::uint8_t* kv_tiles = q_tiles + T::kQBuffers * T::kQBytes;
   std::uint8_t* scale_tiles = kv_tiles + T::kStages * T::kKVBytes;
-  Barrier* kv_full = reinterpret_cast<Barrier*>(scale_tiles + T::kStages * T::kScaleStride);
+  std::uint8_t* warp_states = scale_tiles + T::kStages * T::kScaleStride;
+  Barrier* kv_full = reinterpret_cast<Barrier*>(warp_states + T::kMathWarps * T::kWarpStateBytes);
   Barrier* kv_empty = kv_full + T::kStages;
   Barrier* q_full = kv_empty + T::kStages;
   Barrier* q_empty = q_full + T::kQBuffers;
@@ -247,7 +266,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
 
   if (warp < 4) {
     // ================================ producer and cleaner ================================
-    lower_register_budget<40>();
+    lower_register_budget<T::kProducerRegisters>();
     if (warp == 0) {
       RingPosition<T::kStages> kv;
       RingPosition<T::kQBuffers> qb;
@@ -289,79 +308,85 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   }
 
   // ==================================== math + epilogue ====================================
-  raise_register_budget<232>();
-  const int math_wg = warp / 4 - 1;                 // also the query group it computes
-  const int quad_row = (warp % 4) * 16 + lane / 4;  // key row (r = 0) inside a 64-key half
+  raise_register_budget<T::kMathRegisters>();
+  const int math_wg = warp / 4 - 1;
+  const int group = math_wg / 2;                    // query group of the block
+  const int half = math_wg % 2;                     // 64-key half of every tile
+  const int quad_row = (warp % 4) * 16 + lane / 4;  // key row (r = 0) inside the half
+  std::uint8_t* warp_state = warp_states + (warp - 4) * T::kWarpStateBytes;
+  auto* warp_weights = reinterpret_cast<float4*>(warp_state);
+  const float4* my_weights = warp_weights + (lane % 4) * (T::kWeightRowFloats / 4);
+  auto* group_rows = reinterpret_cast<OutputRow*>(warp_state + T::kWeightBytes);
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
-  float acc0[64], acc1[64];
+  float acc[64];
 
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
     const int tile_end = min(s.end_item, s.tiles);
     if (s.first_item >= tile_end) return;
-    const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + math_wg * T::kGroupQ;
+    const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + group * T::kGroupQ;
 
-    // Weights of this thread's 32 MMA columns n = 8j + 2(lane % 4) + c, as (q, h) = divmod(n, H).
-    float w[16][2];
+    // Weights of MMA column n = 8j + 2(lane % 4) + c, (q, h) = divmod(n, H), stored as
+    // warp_weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0], w[j + 1][1]} (j even).
+    __syncwarp();  // the previous block's state is no longer read
+    {
+      const int j0 = 2 * (lane / 4);
+      float v[4];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int n = 8 * j + 2 * (lane % 4) + c;
+      for (int i = 0; i < 4; ++i) {
+        const int n = 8 * (j0 + i / 2) + 2 * (lane % 4) + i % 2;
         const std::int64_t row = row0 + n / kNumHeads;
         const std::int64_t at = row * p.weights_row_stride + n % kNumHeads;
-        w[j][c] = row >= p.seq_len ? 0.f
-                  : p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
-                                   : static_cast<const float*>(p.weights)[at];
+        v[i] = row >= p.seq_len ? 0.f
+               : p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
+                                : static_cast<const float*>(p.weights)[at];
       }
+      warp_weights[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] = make_float4(v[0], v[1], v[2], v[3]);
     }
-    // The query rows whose outputs this thread stores (p = 4i + lane % 4): where their logits
-    // rows start, their windows, and the key of their column 0. Keys and columns fit in 32 bits.
-    OutputRow out[T::kOutputsPerThread];
-#pragma unroll
-    for (int i = 0; i < T::kOutputsPerThread; ++i) {
-      out[i] = output_row(p, row0 + (4 * i + lane % 4) % T::kGroupQ);
-    }
+    if (lane < T::kGroupQ) group_rows[lane] = output_row(p, row0 + lane);
+    __syncwarp();
 
     // One arrival per warp once all its lanes are done with the buffer.
     auto release = [&](Barrier& empty) {
       __syncwarp();
       if (lane == 0) empty.arrive();
     };
-    const std::uint8_t* q_group = q_tiles + qb.stage * T::kQBytes + math_wg * T::kGroupN * kHeadDim;
+    const std::uint8_t* q_group = q_tiles + qb.stage * T::kQBytes + group * T::kGroupN * kHeadDim;
     q_full[qb.stage].wait(qb.phase);
 
-    // Issues the MMA of 64-key half `half` of the current stage into `acc`; returns the stage.
-    auto issue = [&](float(&acc)[64], auto half) {
+    for (int t = s.first_item; t < tile_end; ++t) {
       const int stage = kv.stage;
       kv_full[stage].wait(kv.phase);
-      if constexpr (half == 1) kv.advance();
+      kv.advance();
       wgmma_tile_e4m3<kHeadDim>(acc, kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim,
                                 q_group);
-      return stage;
-    };
-    // Epilogue of half `half` of tile t once its MMA has completed; `stage` still holds its key
-    // scales. The warp gives the stage back after its second half.
-    auto finish = [&](float(&acc)[64], int stage, int t, auto half) {
+      wgmma_wait<0>();
       fence_accumulators(acc);
+
+      // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
       const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
       const int half_row = half * T::kKeysPerMma + quad_row;
       const float* ks = reinterpret_cast<const float*>(scale_tiles + stage * T::kScaleStride) +
                         (tile_key0 & (T::kScaleAlign - 1)) + half_row;
       const float kscale0 = ks[0], kscale1 = ks[8];
-      if constexpr (half == 1) release(kv_empty[stage]);
+      release(kv_empty[stage]);
       float partial[T::kPartials];
 #pragma unroll
       for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int q = 8 * j / kNumHeads;
+      for (int j = 0; j < 16; j += 2) {
+        const float4 w = my_weights[j / 2];
+        const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int jj = 0; jj < 2; ++jj) {
+          const int q = 8 * (j + jj) / kNumHeads;
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            partial[r * T::kGroupQ + q] =
-                fmaf(w[j][c], fmaxf(acc[4 * j + 2 * r + c], 0.f), partial[r * T::kGroupQ + q]);
+          for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], fmaxf(acc[4 * (j + jj) + 2 * r + c], 0.f),
+                                                 partial[r * T::kGroupQ + q]);
+            }
           }
         }
       }
@@ -369,49 +394,18 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       quad_reduce_scatter<T::kPartials>(partial, sums);
 #pragma unroll
       for (int i = 0; i < T::kOutputsPerThread; ++i) {
+        // Output p = 4i + lane % 4 is (key row r, query q) = divmod(p, kGroupQ).
         const int r = (4 * i + lane % 4) / T::kGroupQ;
+        const OutputRow out = group_rows[(4 * i + lane % 4) % T::kGroupQ];
         const int key = tile_key0 + half_row + 8 * r;
-        const int col = key - out[i].shift;
-        // Rows past S have no row; columns outside [0, out_cols) are not in the output.
-        if (out[i].logits == nullptr || static_cast<unsigned>(col) >= static_cast<unsigned>(p.out_cols)) continue;
-        const float v = key >= out[i].lo && key < out[i].hi ? sums[i] * (r ? kscale1 : kscale0) : neg_inf();
+        if (key < out.first_key || key >= out.end_key) continue;  // not a column of the output
+        const float v = key >= out.lo && key < out.hi ? sums[i] * (r ? kscale1 : kscale0) : neg_inf();
         if (p.logits_bf16) {
-          reinterpret_cast<__nv_bfloat16*>(out[i].logits)[col] = __float2bfloat16_rn(v);
+          reinterpret_cast<__nv_bfloat16*>(out.key0_address)[key] = __float2bfloat16_rn(v);
         } else {
-          reinterpret_cast<float*>(out[i].logits)[col] = v;
+          reinterpret_cast<float*>(out.key0_address)[key] = v;
         }
       }
-    };
-
-    // Two accumulator sets, one per 64-key half: the next half's MMA runs while this half is
-    // reduced and stored. Every path waits for a set before reusing it, which lets the compiler
-    // keep the wgmma pipeline asynchronous.
-    // Half u = 2t + h of the span's tiles goes to acc0 (h = 0) or acc1 (h = 1).
-    constexpr std::integral_constant<int, 0> kFirstHalf;
-    constexpr std::integral_constant<int, 1> kSecondHalf;
-    // The exit at the loop top never fires (spans have an even number of halves), but proving
-    // so lets the optimizer reshape the loop into a form ptxas no longer pipelines (it would
-    // serialize the wgmmas, warning C7514): hide the parity of half_end from it.
-    int half_end = 2 * tile_end;
-    asm("" : "+r"(half_end));
-    int stage0 = issue(acc0, kFirstHalf), stage1 = 0;
-    for (int u = 2 * s.first_item;; u += 2) {
-      if (u + 1 == half_end) {
-        wgmma_wait<0>();
-        finish(acc0, stage0, u / 2, kFirstHalf);
-        break;
-      }
-      stage1 = issue(acc1, kSecondHalf);
-      wgmma_wait<1>();
-      finish(acc0, stage0, u / 2, kFirstHalf);
-      if (u + 2 == half_end) {
-        wgmma_wait<0>();
-        finish(acc1, stage1, u / 2, kSecondHalf);
-        break;
-      }
-      stage0 = issue(acc0, kFirstHalf);
-      wgmma_wait<1>();
-      finish(acc1, stage1, u / 2, kSecondHalf);
     }
     release(q_empty[qb.stage]);
     qb.advance();
