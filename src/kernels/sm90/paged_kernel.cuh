@@ -10,7 +10,11 @@
 // D 128), each a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
 // q_empty), so the next group's queries load while the current group finishes. A tile's key
 // scales land in the stage beside it; a per-stage word says which blocks were loaded (block ids
-// outside [0, num_blocks) are never read: their keys are outside the window).
+// outside [0, num_blocks) are never read: their keys are outside the window). The stage count is
+// even, so that a stage always serves the same math warpgroup (tiles alternate between them): a
+// parity wait cannot tell phase k from phase k - 2, so only the warpgroup that saw phase k - 1
+// of a stage complete may wait for its phase k (with an odd count, a TMA tile landing early
+// would let a warpgroup take the other's unfinished phase for its own).
 //
 // Warp roles (384 threads, three warpgroups):
 //   warpgroup 0, warp 0   producer: walks the segment, reads block ids 32 at a time (the next
@@ -25,9 +29,11 @@
 //                         epilogue (paged_epilogue.cuh: relu, weight, head sum in registers then
 //                         across the 4 lanes of a quad, key scale, store) overlaps the other's
 //                         wgmma.
-// Registers: setmaxnreg lowers warpgroup 0 to 64 and raises the math warpgroups to 224
-// (128 x 64 + 256 x 224 = 64K); a math thread holds up to 128 fp32 accumulators, and below 224
-// ptxas serializes the wgmma pipeline of the two-chunk instances. Each instance is compiled for
+// Registers: the CTA owns what __launch_bounds__(384, 1) gives it, 168 per thread (64512, not
+// 64K); setmaxnreg only moves registers between its warps, and an increase the pool cannot
+// cover blocks forever. So warpgroup 0 drops to 56 and the math warpgroups rise to 224
+// (128 x 56 + 256 x 224 = 384 x 168); a math thread holds up to 128 fp32 accumulators, and below
+// 224 ptxas serializes the wgmma pipeline of the two-chunk instances. Each instance is compiled for
 // groups of up to kMmaRows rows, so its wgmma shapes are constants (a shape picked at run time
 // serializes the pipeline too).
 //
@@ -54,9 +60,12 @@
 
 namespace mqa_logits::sm90::paged {
 
-inline constexpr int kProducerRegisters = 64;
+inline constexpr int kProducerRegisters = 56;
 inline constexpr int kMathRegisters = 224;
-static_assert(128 * kProducerRegisters + 256 * kMathRegisters <= 65536);
+// Registers per thread the kernel is launched with: 64K over kThreads, in steps of 8.
+inline constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+static_assert(128 * kProducerRegisters + 256 * kMathRegisters <= kThreads * kLaunchRegisters,
+              "setmaxnreg.inc would wait forever for registers the CTA does not own");
 
 // ---- shared state ---------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ inline constexpr int kMathWarpgroups = 2;
 inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 inline constexpr int kCleanerWarps = kWarpsPerWarpgroup - 1;  // producer warpgroup, warps 1..3
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
+static_assert(kMaxStages % kMathWarpgroups == 0);
 
 // For a >= 0, without overflow near INT_MAX.
 __host__ __device__ constexpr int ceil_div_int(int a, int b) {
@@ -119,8 +120,8 @@ __host__ __device__ constexpr std::uint32_t align_up(std::uint32_t value, std::u
   return (value + to - 1) / to * to;
 }
 
-// The carve-up of an instance for `mma_rows` rows, with as many stages (at most kMaxStages) as
-// `budget_bytes` allows. stages == 0 means the budget is too small.
+// The carve-up of an instance for `mma_rows` rows, with as many stages (an even number, at most
+// kMaxStages) as `budget_bytes` allows. stages == 0 means the budget is too small.
 constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int weight_bytes,
                                       std::uint32_t budget_bytes) {
   SmemLayout s;
@@ -133,7 +134,10 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
                               kMathWarpgroups * s.fp32_weights_bytes;
   const std::uint32_t per_stage = s.tile_bytes + kTileKeys * kScaleBytes + 4 + 2 * 8;
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
-  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage));
+  // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % 2
+  // (paged_kernel.cuh, Pipeline).
+  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage)) / kMathWarpgroups *
+             kMathWarpgroups;
   const auto stages = static_cast<std::uint32_t>(s.stages);
   s.q_offset = 0;
   s.tiles_offset = s.q_offset + kQSlots * s.q_slot_bytes;  // both multiples of 1024
