@@ -1,13 +1,83 @@
-// CUDA decode entry. The sm90 decode kernel has not passed its hardware checks yet, so device
-// calls are refused before anything is launched (never a silent CPU fallback).
+// CUDA decode entry: picks the kernel instance for (head dim, heads, MMA rows).
+#include <string>
+#include <utility>
+
 #include "cuda/cuda_backend.hpp"
+#include "cuda/device_guard.hpp"
+#include "kernels/sm90/paged_plan.cuh"
 #include "mqa_logits/errors.hpp"
+#include "problem.hpp"
 
 namespace mqa_logits::cuda_backend {
 
-void run_paged(const PagedProblem&, cudaStream_t) {
-  throw InvalidArgument("q", "paged_mqa_logits has no CUDA kernel in this release; pass host "
-                             "tensors to run the CPU backend");
+template <int kHeadDim, int kNumHeads, int kMmaRows>
+void launch_paged(const PagedProblem& problem, cudaStream_t stream);
+
+namespace {
+
+namespace paged = sm90::paged;
+
+// The instances of (D, H) are the row counts mma_rows_for maps to itself.
+template <int kHeadDim, int kNumHeads, int... kRows>
+void dispatch_rows(const PagedProblem& problem, int mma_rows, cudaStream_t stream,
+                   std::integer_sequence<int, kRows...>) {
+  const auto launch_if = [&]<int kMmaRows>() {
+    if constexpr (paged::mma_rows_for(kMmaRows, kNumHeads) == kMmaRows) {
+      if (mma_rows == kMmaRows) {
+        launch_paged<kHeadDim, kNumHeads, kMmaRows>(problem, stream);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!(launch_if.template operator()<kRows + 1>() || ...)) {
+    throw InvalidArgument("q", "no decode kernel for " + std::to_string(mma_rows) + " rows");
+  }
+}
+
+template <int kHeadDim, int kNumHeads>
+void dispatch_group(const PagedProblem& problem, cudaStream_t stream) {
+  const int group_rows = problem.indices != nullptr ? paged::varlen_group_rows(kNumHeads)
+                                                    : static_cast<int>(problem.next_n);
+  dispatch_rows<kHeadDim, kNumHeads>(problem, paged::mma_rows_for(group_rows, kNumHeads), stream,
+                                     std::make_integer_sequence<int, paged::kMaxGroupRows>{});
+}
+
+template <int kHeadDim>
+void dispatch_heads(const PagedProblem& problem, cudaStream_t stream) {
+  switch (problem.num_heads) {
+    case 8: return dispatch_group<kHeadDim, 8>(problem, stream);
+    case 16: return dispatch_group<kHeadDim, 16>(problem, stream);
+    case 32: return dispatch_group<kHeadDim, 32>(problem, stream);
+    case 64: return dispatch_group<kHeadDim, 64>(problem, stream);
+    default: break;
+  }
+  throw InvalidArgument("q",
+                        "expected 8, 16, 32 or 64 heads, got " + std::to_string(problem.num_heads));
+}
+
+}  // namespace
+
+void run_paged(const PagedProblem& problem, cudaStream_t stream) {
+  if (problem.format != Format::kFP8) {
+    throw InvalidArgument("q", std::string("the CUDA backend runs the FP8 format; got ") +
+                                   format_name(problem.format));
+  }
+  if (problem.schedule_workers < 1) {
+    throw InvalidArgument("schedule_meta", "expected at least one worker row, got " +
+                                               std::to_string(problem.schedule_workers));
+  }
+  // Nothing to write: no rows, or no columns.
+  if (problem.batch == 0 || problem.max_context_len == 0) return;
+  const DeviceGuard guard(problem.device.index);
+  switch (problem.head_dim) {
+    case 32: return dispatch_heads<32>(problem, stream);
+    case 64: return dispatch_heads<64>(problem, stream);
+    case 128: return dispatch_heads<128>(problem, stream);
+    default: break;
+  }
+  throw InvalidArgument("q",
+                        "expected head dim 32, 64 or 128, got " + std::to_string(problem.head_dim));
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -89,6 +89,16 @@ CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtype, std:
   return encode(base, dtype, dims, strides, box, swizzle);
 }
 
+CUtensorMap make_tensor_map_3d(const void* base, CUtensorMapDataType dtype,
+                               const std::uint64_t (&dims)[3],
+                               const std::uint64_t (&strides_bytes)[2],
+                               const std::uint32_t (&box)[3], TmaSwizzle swizzle) {
+  const cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
+  const cuuint64_t strides[2] = {strides_bytes[0], strides_bytes[1]};
+  const cuuint32_t boxes[3] = {box[0], box[1], box[2]};
+  return encode(base, dtype, global_dims, strides, boxes, swizzle);
+}
+
 CUtensorMap make_tensor_map_1d(const void* base, CUtensorMapDataType dtype, std::uint64_t count,
                                std::uint32_t box) {
   // Encoded as one row of a 2-D map: the row stride of a single row is never used, but must be

@@ -19,6 +19,13 @@ CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtype, std:
                                std::uint64_t cols, std::uint64_t row_stride_bytes,
                                std::uint32_t box_rows, std::uint32_t box_cols, TmaSwizzle swizzle);
 
+// A 3-D tile map: `dims` and `box` innermost first, `strides_bytes` those of dims 1 and 2 (each a
+// multiple of 16). Out-of-bounds box elements read as 0.
+CUtensorMap make_tensor_map_3d(const void* base, CUtensorMapDataType dtype,
+                               const std::uint64_t (&dims)[3],
+                               const std::uint64_t (&strides_bytes)[2],
+                               const std::uint32_t (&box)[3], TmaSwizzle swizzle);
+
 // A 1-D map over `count` elements with boxes of `box` elements, encoded as a 2-D map of one row
 // (load with coordinates (x, 0)).
 CUtensorMap make_tensor_map_1d(const void* base, CUtensorMapDataType dtype, std::uint64_t count,

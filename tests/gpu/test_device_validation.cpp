@@ -165,15 +165,6 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
   expect_refused_untouched([&] { paged.call(); }, "block_table", device.logits);
 }
 
-// No CUDA decode kernel in this release: a valid all-device call is refused, never run on the CPU.
-TEST_F(DevicePrefill, PagedOnDeviceIsRefusedWithoutWriting) {
-  test::PagedInputs paged;
-  const DevicePaged device(paged);
-  const DeviceBuffer table = upload(paged.table_data);
-  place(paged.block_table, table);
-  expect_refused_untouched([&] { paged.call(); }, "q", device.logits);
-}
-
 TEST_F(DevicePrefill, SmCountSettings) {
   int device = 0;
   gpu_test::check(cudaGetDevice(&device), "cudaGetDevice");

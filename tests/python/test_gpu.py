@@ -82,15 +82,33 @@ def test_formats_without_cuda_kernels_are_refused_on_the_gpu(rng, fmt):
         prefill_on(case, "cuda")
 
 
-def test_paged_on_the_gpu_is_refused(rng):
-    """No CUDA decode kernel in this release: CUDA inputs are refused, never run on the CPU."""
-    case = make_paged(rng, "fp8", batch=4, next_n=1, num_heads=64, head_dim=128, block_kv=64,
-                      max_context_len=500)
-    args = case.api_args("torch", "cuda")
+def paged_on(case, device, **options):
+    args = case.api_args("torch", device)
     meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], case.block_kv,
-                                                    mqa_logits.get_num_sms())
-    with pytest.raises(ValueError, match="q"):
-        mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args)
+                                                    mqa_logits.get_num_sms(), args["indices"])
+    return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args, **options)
+
+
+@pytest.mark.parametrize("fmt", GPU_FORMATS)
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("block_kv", [32, 64])
+def test_paged_gpu_matches_cpu(rng, fmt, next_n, block_kv):
+    case = make_paged(rng, fmt, batch=9, next_n=next_n, num_heads=64, head_dim=128,
+                      block_kv=block_kv, max_context_len=3000, padded_blocks=block_kv == 32)
+    gpu = paged_on(case, "cuda", clean_logits=True)
+    cpu = paged_on(case, "cpu", clean_logits=True)
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=False)
+    for _ in range(3):
+        assert_bitwise_equal(paged_on(case, "cuda", clean_logits=True), gpu)
+
+
+@pytest.mark.parametrize("lens_2d", [True, False])
+def test_paged_varlen_and_context_forms(rng, lens_2d):
+    case = make_paged(rng, "fp8", batch=12, next_n=1, num_heads=64, head_dim=128, block_kv=64,
+                      max_context_len=2500, lens_2d=lens_2d, varlen=lens_2d)
+    gpu = paged_on(case, "cuda", clean_logits=True, logits_dtype="bfloat16")
+    cpu = paged_on(case, "cpu", clean_logits=True, logits_dtype="bfloat16")
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=True)
 
 
 def test_inputs_on_two_devices_are_refused(rng):
@@ -102,8 +120,8 @@ def test_inputs_on_two_devices_are_refused(rng):
 
 
 def test_work_runs_on_the_current_stream(rng):
-    case = make_prefill(rng, "fp8", 300, 64, 128, 4000)
-    expected = prefill_on(case, "cuda")
+    case = make_paged(rng, "fp8", 6, 2, 64, 128, 64, 4000)
+    expected = paged_on(case, "cuda", clean_logits=True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -114,15 +132,46 @@ def test_work_runs_on_the_current_stream(rng):
         torch.cuda._sleep(50_000_000)
         q.copy_(args["q"])
         args["q"] = q
-        result = mqa_logits.fp8_fp4_mqa_logits(**args)
+        meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], 64,
+                                                        mqa_logits.get_num_sms())
+        result = mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, clean_logits=True,
+                                                     **args)
     side.synchronize()
     assert_bitwise_equal(result, expected)
 
 
-def test_prefill_cuda_graph_capture(rng):
+def test_cuda_graph_capture_and_replay(rng):
     """Metadata and logits captured in one graph follow in-place updates of the inputs."""
+    first = make_paged(rng, "fp8", 8, 2, 64, 128, 64, 2000)
+    second = make_paged(rng, "fp8", 8, 2, 64, 128, 64, 2000)
+    static = first.api_args("torch", "cuda")
+
+    def step():
+        meta = mqa_logits.get_paged_mqa_logits_metadata(static["context_lens"], 64,
+                                                        mqa_logits.get_num_sms())
+        return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, clean_logits=True,
+                                                   **static)
+
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step()
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+
+    for case in (first, second):
+        fresh = case.api_args("torch", "cuda")
+        for name in ("q", "kv_cache", "weights", "context_lens", "block_table"):
+            static[name].copy_(fresh[name])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise_equal(captured, paged_on(case, "cuda", clean_logits=True))
+
+
+def test_prefill_cuda_graph_capture(rng):
     case = make_prefill(rng, "fp8", 300, 64, 128, 1500)
-    other = make_prefill(rng, "fp8", 300, 64, 128, 1500)
     static = case.api_args("torch", "cuda")
 
     def step():
@@ -142,13 +191,3 @@ def test_prefill_cuda_graph_capture(rng):
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(captured, expected)
-    fresh = other.api_args("torch", "cuda")
-    for name, value in fresh.items():
-        if isinstance(value, torch.Tensor):
-            static[name].copy_(value)
-        elif isinstance(value, tuple):
-            for target, source in zip(static[name], value):
-                target.copy_(source)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_bitwise_equal(captured, prefill_on(other, "cuda"))

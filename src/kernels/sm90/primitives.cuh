@@ -157,4 +157,162 @@ __device__ __forceinline__ void wgmma_tile_e4m3(float (&d)[64], const void* a_ti
   wgmma_commit();
 }
 
+
+// ---- further building blocks (decode kernel) -------------------------------------------------
+
+// Position in a ring whose stage count is a run-time value (shared-memory carve-up decided at
+// launch). Same protocol as RingPosition.
+struct RuntimeRingPosition {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// Hint: bring the 128-byte line holding `ptr` (global memory) into L2.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+// Makes barrier initialization visible to the async proxy (TMA) before any use.
+__device__ __forceinline__ void fence_barrier_init() {
+  ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+}
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma)
+// accesses of the same bytes.
+__device__ __forceinline__ void fence_async_proxy_shared() { ptx::fence_proxy_async(ptx::space_shared); }
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, std::int32_t x,
+                                            std::int32_t y, std::int32_t z, Barrier* bar) {
+  const std::int32_t coords[3] = {x, y, z};
+  ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, coords, &bar->word);
+}
+
+// Plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) that completes
+// transactions on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes,
+                                          Barrier* bar) {
+  ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, dst, src, bytes, &bar->word);
+}
+
+// 4-byte asynchronous copy global -> shared (any 4-byte aligned source), completed by
+// cp_async_wait_all() in the issuing thread.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Byte offset at which TMA stores byte `offset` of a tile of `RowBytes`-byte rows under the
+// matching swizzle (the tile 1024-byte aligned): the 16-byte chunk index (bits 4..6) is XORed
+// with the row index within the swizzle atom (bits 7..9), over as many bits as a row has chunks.
+template <int RowBytes>
+__device__ __forceinline__ std::uint32_t swizzled_offset(std::uint32_t offset) {
+  static_assert(RowBytes == 32 || RowBytes == 64 || RowBytes == 128);
+  constexpr std::uint32_t kChunkMask = RowBytes / 16 - 1;
+  return offset ^ (((offset >> 7) & kChunkMask) << 4);
+}
+
+// Gives registers an unspecified but defined value at no cost: accumulators that the first wgmma
+// overwrites (scale-d = 0) need no zeroing, yet the asm operands read them.
+template <int N>
+__device__ __forceinline__ void define_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "=f"(r[i]));
+}
+
+// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, e4m3 x e4m3 -> f32, both K-major in shared memory, for
+// N in {64, 128, 192, 256}; `d` may be longer than the N / 2 registers the instruction writes.
+// Same thread layout of D as wgmma_m64n128k32_e4m3.
+//
+// An inline-asm operand list is not a context where a template parameter pack can expand, so the
+// accumulator operands are spelled by macros, 16 at a time. The descriptors and the accumulate
+// flag come first (%0..%2) so that the accumulator placeholders are the same for every N.
+#define MQA_SM90_ACC16(d, i)                                                                      \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),                \
+      "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7]), "+f"(d[i + 8]), "+f"(d[i + 9]),            \
+      "+f"(d[i + 10]), "+f"(d[i + 11]), "+f"(d[i + 12]), "+f"(d[i + 13]), "+f"(d[i + 14]),       \
+      "+f"(d[i + 15])
+#define MQA_SM90_ACC_PLACEHOLDERS_0 "%3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18"
+#define MQA_SM90_ACC_PLACEHOLDERS_1 ", %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34"
+#define MQA_SM90_ACC_PLACEHOLDERS_2 ", %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50"
+#define MQA_SM90_ACC_PLACEHOLDERS_3 ", %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66"
+#define MQA_SM90_ACC_PLACEHOLDERS_4 ", %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82"
+#define MQA_SM90_ACC_PLACEHOLDERS_5 ", %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98"
+#define MQA_SM90_ACC_PLACEHOLDERS_6 ", %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114"
+#define MQA_SM90_ACC_PLACEHOLDERS_7 ", %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127, %128, %129, %130"
+#define MQA_SM90_WGMMA_E4M3(shape, placeholders, ...)                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"                                      \
+               "wgmma.mma_async.sync.aligned." shape ".f32.e4m3.e4m3 {" placeholders "}, "      \
+               "%0, %1, p, 1, 1;\n}\n"                                                           \
+               : "+l"(desc_a), "+l"(desc_b), "+r"(scale_d), __VA_ARGS__)
+
+template <int N, int Size>
+__device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint64_t desc_a,
+                                                    std::uint64_t desc_b, bool accumulate) {
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "N must be 64, 128, 192 or 256");
+  static_assert(2 * Size >= N, "the accumulator holds N / 2 registers per thread");
+  int scale_d = accumulate ? 1 : 0;
+  if constexpr (N == 64) {
+    MQA_SM90_WGMMA_E4M3("m64n64k32", MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1,
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16));
+  } else if constexpr (N == 128) {
+    MQA_SM90_WGMMA_E4M3("m64n128k32",
+                        MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
+                            MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3,
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        MQA_SM90_ACC16(d, 48));
+  } else if constexpr (N == 192) {
+    MQA_SM90_WGMMA_E4M3("m64n192k32",
+                        MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
+                            MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
+                                MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5,
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80));
+  } else {
+    MQA_SM90_WGMMA_E4M3("m64n256k32",
+                        MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
+                            MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
+                                MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5
+                                    MQA_SM90_ACC_PLACEHOLDERS_6 MQA_SM90_ACC_PLACEHOLDERS_7,
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80),
+                        MQA_SM90_ACC16(d, 96), MQA_SM90_ACC16(d, 112));
+  }
+}
+
+#undef MQA_SM90_WGMMA_E4M3
+#undef MQA_SM90_ACC16
+#undef MQA_SM90_ACC_PLACEHOLDERS_0
+#undef MQA_SM90_ACC_PLACEHOLDERS_1
+#undef MQA_SM90_ACC_PLACEHOLDERS_2
+#undef MQA_SM90_ACC_PLACEHOLDERS_3
+#undef MQA_SM90_ACC_PLACEHOLDERS_4
+#undef MQA_SM90_ACC_PLACEHOLDERS_5
+#undef MQA_SM90_ACC_PLACEHOLDERS_6
+#undef MQA_SM90_ACC_PLACEHOLDERS_7
+
+// The full K = RowBytes product of one K-major A tile (64 rows) and B tile (N rows) into the
+// first N / 2 registers of `d` (overwritten), committed as one group. As for wgmma_tile_e4m3, the
+// caller waits for the group and fences `d` before reading it.
+template <int N, int RowBytes, int Size>
+__device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], const void* a_tile,
+                                                  const void* b_tile) {
+  const std::uint64_t desc_a = kmajor_descriptor<RowBytes>(a_tile);
+  const std::uint64_t desc_b = kmajor_descriptor<RowBytes>(b_tile);
+  fence_accumulators(d);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < RowBytes / 32; ++k) {
+    wgmma_m64nNk32_e4m3<N>(d, advance_descriptor(desc_a, 32 * k),
+                           advance_descriptor(desc_b, 32 * k), k > 0);
+  }
+  wgmma_commit();
+}
+
 }  // namespace mqa_logits::sm90

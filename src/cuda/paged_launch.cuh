@@ -1,0 +1,116 @@
+// Launch of the sm90 decode kernel for one (head dim, heads, MMA rows) instance. Included by the
+// instantiation files in src/kernels/sm90/, so the instances compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/tensor_map.hpp"
+#include "kernels/sm90/paged_kernel.cuh"
+#include "mqa_logits/errors.hpp"
+#include "problem.hpp"
+
+namespace mqa_logits::cuda_backend {
+
+// The kernel parameters of `problem` for the instance (D, H, mma_rows), TMA maps included.
+template <int D, int H>
+sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_rows,
+                                           std::uint32_t smem_budget) {
+  namespace paged = sm90::paged;
+  paged::PagedParams params{};
+  // q rows times heads (plus one q slot of padding) are TMA coordinates (int32), and so bound
+  // every row index of the kernel.
+  const std::int64_t pairs = problem.batch * problem.next_n * H;
+  if (pairs >
+      std::numeric_limits<std::int32_t>::max() - paged::kMaxGroupRows * paged::kMaxMmaWidth) {
+    throw InvalidArgument(
+        "q", "expected fewer than 2^31 - 2048 (row, head) pairs, got " + std::to_string(pairs));
+  }
+  const TmaSwizzle swizzle = swizzle_for_row_bytes(D);
+  params.q_map =
+      make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                         static_cast<std::uint64_t>(pairs), D, D, paged::kQBoxRows, D, swizzle);
+  // TMA needs 16-byte strides; other block strides (multiples of 4) take the cp.async path. With
+  // no blocks at all every block id is invalid and no key is ever loaded.
+  params.kv_tma = problem.num_blocks > 0 && problem.block_stride_bytes % 16 == 0;
+  if (params.kv_tma) {
+    const auto bk = static_cast<std::uint64_t>(problem.block_kv);
+    params.kv_map = make_tensor_map_3d(problem.kv_cache, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                       {D, bk, static_cast<std::uint64_t>(problem.num_blocks)},
+                                       {D, static_cast<std::uint64_t>(problem.block_stride_bytes)},
+                                       {D, static_cast<std::uint32_t>(bk), 1}, swizzle);
+  }
+  params.kv_cache = problem.kv_cache;
+  params.block_stride_bytes = problem.block_stride_bytes;
+  params.num_blocks = problem.num_blocks;
+  params.q = problem.q;
+  params.weights = problem.weights;
+  params.context_lens = problem.context_lens;
+  params.block_table = problem.block_table;
+  params.table_row_stride = problem.block_table_row_stride;
+  params.table_rows = problem.table_rows;
+  params.max_blocks = problem.max_blocks;
+  params.indices = problem.indices;
+  params.schedule_meta = problem.schedule_meta;
+  params.logits = problem.logits;
+  params.logits_row_stride = problem.logits_row_stride;
+  params.max_context_len = problem.max_context_len;
+  params.key_cap = std::min(problem.max_context_len, problem.max_blocks * problem.block_kv);
+  params.units = static_cast<int>(problem.batch);
+  params.next_n = static_cast<int>(problem.next_n);
+  params.lens_cols = problem.context_lens_2d ? static_cast<int>(problem.next_n) : 1;
+  params.block_kv = problem.block_kv;
+  params.lens_2d = problem.context_lens_2d;
+  params.weights_bf16 = problem.weights_dtype == DType::kBFloat16;
+  params.logits_bf16 = problem.logits_dtype == DType::kBFloat16;
+  params.clean_logits = problem.clean_logits;
+  params.group_rows =
+      problem.indices != nullptr ? paged::varlen_group_rows(H) : static_cast<int>(problem.next_n);
+  params.smem = paged::make_smem_layout(D, H, mma_rows, params.weights_bf16 ? 2 : 4, smem_budget);
+  return params;
+}
+
+template <int D, int H, int kMmaRows>
+void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
+  namespace paged = sm90::paged;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  int smem_optin = 0;
+  check_cuda(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+  // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
+  constexpr std::uint32_t kAlignmentSlack = 1024;
+  const auto budget = static_cast<std::uint32_t>(smem_optin) - kAlignmentSlack;
+  const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, budget);
+  if (params.smem.stages < 2) {
+    throw CudaError("paged_logits_kernel: " + std::to_string(smem_optin) +
+                    " bytes of shared memory per block are too few");
+  }
+
+  auto* kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
+  const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "cudaFuncSetAttribute(paged_logits_kernel)");
+
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(problem.schedule_workers));
+  config.blockDim = dim3(paged::kThreads);
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  config.stream = stream;
+  // Programmatic dependent launch: the prologue (barrier setup) overlaps the previous kernel,
+  // typically the metadata; the kernel waits for it before touching global memory.
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "paged_logits_kernel launch");
+  check_cuda(cudaGetLastError(), "paged_logits_kernel launch");
+}
+
+}  // namespace mqa_logits::cuda_backend

@@ -1,0 +1,202 @@
+// The decode kernel's epilogue (paged_kernel.cuh): from one chunk's wgmma accumulators to stored
+// logits. Per thread: relu, weight and the sum over the heads it holds; across the 4 lanes of a
+// quad: a reduce-scatter (QuadSums says which lane ends with which (row, key) sum); then the key
+// scale and the store, or -inf, or nothing (the coverage rules of paged_kernel.cuh). Free of
+// Hopper-only instructions, so that its lane arithmetic can be exercised anywhere.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/sm90/paged_plan.cuh"
+
+namespace mqa_logits::sm90::paged {
+
+// What the epilogue needs of the tile besides the accumulators: the thread's first key (its
+// second is 8 further), both keys' scales, and whether their block was loaded.
+struct TileScales {
+  int key0 = 0;
+  float first = 0.0f;
+  float second = 0.0f;
+  bool in_block = false;
+};
+
+// Where the fp32 weight copy keeps head h of a row: grouped by the quad lane that reads it, so
+// that a lane's heads 8j + 2q, 8j + 2q + 1 (j = 0, 1, ...) are contiguous and two blocks j come
+// in one 16-byte load.
+__host__ __device__ constexpr int weight_index(int head, int heads) {
+  const int quad = head % 8 / 2;
+  const int block = head / 8;
+  return quad * (heads / 4) + block * 2 + head % 2;
+}
+
+// How a chunk of kRows rows leaves the quad reduction: each thread holds kValues partial sums
+// (row t, key k) at v = 2t + k (rows padded to an even count), and after the reduction lane q of a
+// quad keeps kKept of them, v = q * kKept + i; a single row is all-reduced instead, lane q
+// keeping v = q / 2 and only even lanes storing.
+template <int kRows>
+struct QuadSums {
+  static constexpr int kSlots = kRows == 1 ? 1 : (kRows + 1) / 2 * 2;
+  static constexpr int kValues = 2 * kSlots;
+  static constexpr int kKept = kValues >= 4 ? kValues / 4 : 1;
+  __device__ static int value(int quad, int i) {
+    return kValues >= 4 ? quad * kKept + i : quad / 2;
+  }
+  __device__ static bool stores(int quad) { return kValues >= 4 || quad % 2 == 0; }
+};
+
+// Sums N values over the 4 lanes of a quad as QuadSums describes: each exchange step sends the
+// half this lane does not keep.
+template <int N>
+__device__ __forceinline__ void quad_reduce(const float (&in)[N], float (&out)[N >= 4 ? N / 4 : 1],
+                                            int lane) {
+  constexpr int kHalf = N / 2;
+  float half[kHalf];
+  const bool upper_half = (lane & 2) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float send = upper_half ? in[i] : in[kHalf + i];
+    const float keep = upper_half ? in[kHalf + i] : in[i];
+    half[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+  if constexpr (N >= 4) {
+    static_assert(N % 4 == 0);
+    const bool upper_quarter = (lane & 1) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const float send = upper_quarter ? half[i] : half[N / 4 + i];
+      const float keep = upper_quarter ? half[N / 4 + i] : half[i];
+      out[i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
+  } else {
+    out[0] = half[0] + __shfl_xor_sync(0xffffffffu, half[0], 1);
+  }
+}
+
+// The row behind one of the sums a lane stores (QuadSums::value says which row and key): its key
+// count and its tiles in this segment (an empty range when the lane stores nothing there).
+struct StoreRow {
+  int keys = 0;
+  int tile_lo = 0;
+  int tile_hi = 0;
+};
+
+// The store rows of chunk C of an instance for kMmaRows rows, for one group.
+template <int H, int kMmaRows, int C>
+struct ChunkRows {
+  static constexpr int kRows = rows_in_chunk(kMmaRows, C, H);
+  using Sums = QuadSums<kRows>;
+  StoreRow row[Sums::kKept];
+
+  __device__ ChunkRows(const Group<kMmaRows, true>& g, int quad) {
+#pragma unroll
+    for (int i = 0; i < Sums::kKept; ++i) {
+      const int t = Sums::value(quad, i) / 2;
+      const int u = C * chunk_rows(H) + t;  // the group row
+      const bool stores = Sums::stores(quad) && t < kRows;
+#pragma unroll
+      for (int r = 0; r < kMmaRows; ++r) {  // constant indices keep g in registers
+        if (stores && r == u && r < g.rows) {
+          row[i].keys = g.row[r].keys;
+          row[i].tile_lo = g.row[r].tile_lo;
+          row[i].tile_hi = g.row[r].tile_hi;
+        }
+      }
+    }
+  }
+};
+
+template <int H, int kMmaRows>
+struct StoreRows {
+  ChunkRows<H, kMmaRows, 0> first;
+  ChunkRows<H, kMmaRows, chunk_count(kMmaRows, H) - 1> last;  // the same chunk when only one
+  __device__ StoreRows(const Group<kMmaRows, true>& g, int quad) : first(g, quad), last(g, quad) {}
+  template <int C>
+  __device__ const auto& chunk() const {
+    if constexpr (C == 0) {
+      return first;
+    } else {
+      return last;
+    }
+  }
+};
+
+// Stores the sum of (group row `u`, key `key`) of tile `tile`, or -inf, or nothing (see the
+// coverage rules at the top).
+__device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row,
+                                            int first_row, int u, int tile, int key, float value,
+                                            bool in_block) {
+  if (tile < row.tile_lo || tile >= row.tile_hi) return;
+  const int pos = tile * kTileKeys + key;
+  if (pos >= p.max_context_len) return;
+  if (pos >= row.keys || !in_block) {
+    if (!p.clean_logits) return;
+    value = -INFINITY;
+  }
+  const std::int64_t index = static_cast<std::int64_t>(first_row + u) * p.logits_row_stride + pos;
+  if (p.logits_bf16) {
+    static_cast<__nv_bfloat16*>(p.logits)[index] = __float2bfloat16_rn(value);
+  } else {
+    static_cast<float*>(p.logits)[index] = value;
+  }
+}
+
+// relu, weight and head sum of chunk C's accumulators, the quad reduction and the stores.
+// Accumulator layout (wgmma): acc[4j + 2r + e] is key key0 + 8r, column 8j + 2 * quad + e; with
+// H >= 8 an 8-column block j lies in one row, t = j / (H / 8).
+template <int H, int kMmaRows, int C, int Size>
+__device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group<kMmaRows, true>& g,
+                                               const StoreRows<H, kMmaRows>& rows_out,
+                                               const float (&acc)[Size], const float* weights,
+                                               int tile, const TileScales& scales, int lane) {
+  constexpr int kRows = rows_in_chunk(kMmaRows, C, H);
+  constexpr int kFirstRow = C * chunk_rows(H);
+  constexpr int kBlocksPerRow = H / 8;
+  static_assert(2 * Size >= chunk_width(kRows, H));
+  using Sums = QuadSums<kRows>;
+  const int quad = lane % 4;
+  const int rows = g.rows - kFirstRow;  // of this group in this chunk
+  float part[Sums::kValues];
+#pragma unroll
+  for (int t = 0; t < Sums::kSlots; ++t) {
+    float sum0 = 0.0f;
+    float sum1 = 0.0f;
+    if (t < kRows && t < rows) {
+      // This lane's weights of row t: blocks jj = 0, 1, ... at w + 2 jj (weight_index).
+      const float* w = weights + (kFirstRow + t) * H + quad * (H / 4);
+      const auto add_block = [&](int jj, float w0, float w1) {
+        const int j = t * kBlocksPerRow + jj;
+        sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);
+        sum0 = fmaf(w1, fmaxf(acc[4 * j + 1], 0.0f), sum0);
+        sum1 = fmaf(w0, fmaxf(acc[4 * j + 2], 0.0f), sum1);
+        sum1 = fmaf(w1, fmaxf(acc[4 * j + 3], 0.0f), sum1);
+      };
+#pragma unroll
+      for (int jj = 0; jj + 1 < kBlocksPerRow; jj += 2) {
+        const float4 wj = *reinterpret_cast<const float4*>(w + 2 * jj);
+        add_block(jj, wj.x, wj.y);
+        add_block(jj + 1, wj.z, wj.w);
+      }
+      if constexpr (kBlocksPerRow % 2 != 0) {  // H = 8: one block
+        const float2 wj = *reinterpret_cast<const float2*>(w + 2 * (kBlocksPerRow - 1));
+        add_block(kBlocksPerRow - 1, wj.x, wj.y);
+      }
+    }
+    part[2 * t] = sum0;
+    part[2 * t + 1] = sum1;
+  }
+  float sums[Sums::kKept];
+  quad_reduce(part, sums, lane);
+  const auto& chunk_rows_out = rows_out.template chunk<C>();
+#pragma unroll
+  for (int i = 0; i < Sums::kKept; ++i) {
+    const int v = Sums::value(quad, i);
+    const float scale = v % 2 == 0 ? scales.first : scales.second;  // no dynamic indexing
+    store_logit(p, chunk_rows_out.row[i], g.first_row, kFirstRow + v / 2, tile,
+                scales.key0 + 8 * (v % 2), sums[i] * scale, scales.in_block);
+  }
+}
+
+}  // namespace mqa_logits::sm90::paged

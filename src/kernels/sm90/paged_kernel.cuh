@@ -1,0 +1,478 @@
+// sm90 decode kernel: FP8 paged_mqa_logits (SPEC operation 2), persistent, one CTA per worker of
+// the schedule metadata (paged_plan.cuh says how a worker's segment becomes groups and tiles).
+//
+// Tiling. A tile is 64 consecutive key positions of one group: the M side of wgmma (keys K-major
+// in shared memory, swizzled by the row width D by TMA). The N side is the group's rows times H
+// heads, in at most two chunks of at most 256 columns (chunk_rows, chunk_width); K = D in D / 32
+// steps of m64nNk32. block_kv 64 is one block per tile, block_kv 32 two.
+//
+// Pipeline. `stages` key tiles (as many as fit, at most 32: about 200 KB in flight at next_n 1,
+// D 128), each a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
+// q_empty), so the next group's queries load while the current group finishes. A tile's key
+// scales land in the stage beside it; a per-stage word says which blocks were loaded (block ids
+// outside [0, num_blocks) are never read: their keys are outside the window). The stage count is
+// even, so that a stage always serves the same math warpgroup (tiles alternate between them): a
+// parity wait cannot tell phase k from phase k - 2, so only the warpgroup that saw phase k - 1
+// of a stage complete may wait for its phase k (with an odd count, a TMA tile landing early
+// would let a warpgroup take the other's unfinished phase for its own).
+//
+// Warp roles (384 threads, three warpgroups):
+//   warpgroup 0, warp 0   producer: walks the segment, reads block ids 32 at a time (the next
+//                         32 already in flight), issues the TMA loads (or, for block strides TMA
+//                         cannot express, 4-byte cp.async with the same swizzle) of q / weights per
+//                         group and keys per tile.
+//   warpgroup 0, warps 1-3 warp 1 first prefetches into L2 what the producer reads per group
+//                         (block-table entries, q, weights); then all three clean
+//                         (clean_logits): -inf over every row's columns from its length rounded
+//                         up to a tile to max_context_len, spread over all CTAs.
+//   warpgroups 1 and 2    math, ping-pong: tiles alternate between them, so one warpgroup's
+//                         epilogue (paged_epilogue.cuh: relu, weight, head sum in registers then
+//                         across the 4 lanes of a quad, key scale, store) overlaps the other's
+//                         wgmma.
+// Registers: the CTA owns what __launch_bounds__(384, 1) gives it, 168 per thread (64512, not
+// 64K); setmaxnreg only moves registers between its warps, and an increase the pool cannot
+// cover blocks forever. So warpgroup 0 drops to 56 and the math warpgroups rise to 224
+// (128 x 56 + 256 x 224 = 384 x 168); a math thread holds up to 128 fp32 accumulators, and below
+// 224 ptxas serializes the wgmma pipeline of the two-chunk instances. Each instance is compiled for
+// groups of up to kMmaRows rows, so its wgmma shapes are constants (a shape picked at run time
+// serializes the pipeline too).
+//
+// Shared memory (make_smem_layout): 2 x (q slot + weight slot) + 2 fp32 weight copies (one per
+// math warpgroup) + stages x (64 x D key bytes + 256 bytes of scales + 4) + barriers, filling the
+// opt-in maximum (227 KB on H100 / H200).
+//
+// Coverage: (row, tile) pairs are owned by exactly one worker; the owner writes every column of
+// the tile below max_context_len that is below the row's length rounded up to 64: the logit where
+// the key is inside the window (position < length, block id valid), else -inf when
+// clean_logits. The cleaners write the columns past that, so with clean_logits every element
+// [0, max_context_len) of every row is written exactly once, and nothing outside it ever is.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/sm90/paged_epilogue.cuh"
+#include "kernels/sm90/paged_plan.cuh"
+#include "kernels/sm90/primitives.cuh"
+
+namespace mqa_logits::sm90::paged {
+
+inline constexpr int kProducerRegisters = 56;
+inline constexpr int kMathRegisters = 224;
+// Registers per thread the kernel is launched with: 64K over kThreads, in steps of 8.
+inline constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+static_assert(128 * kProducerRegisters + 256 * kMathRegisters <= kThreads * kLaunchRegisters,
+              "setmaxnreg.inc would wait forever for registers the CTA does not own");
+
+// ---- shared state ---------------------------------------------------------------------------
+
+struct SharedState {
+  std::uint8_t* base;
+  const SmemLayout& layout;
+
+  __device__ SharedState(std::uint8_t* aligned_base, const SmemLayout& smem)
+      : base(aligned_base), layout(smem) {}
+  // Barriers: full[stages], empty[stages], q_full[kQSlots], q_empty[kQSlots].
+  __device__ Barrier* barrier(int index) const {
+    return reinterpret_cast<Barrier*>(base + layout.barriers_offset) + index;
+  }
+  __device__ Barrier* full(int stage) const { return barrier(stage); }
+  __device__ Barrier* empty(int stage) const { return barrier(layout.stages + stage); }
+  __device__ Barrier* q_full(int slot) const { return barrier(2 * layout.stages + slot); }
+  __device__ Barrier* q_empty(int slot) const {
+    return barrier(2 * layout.stages + kQSlots + slot);
+  }
+  __device__ std::uint8_t* q_slot(int slot) const {
+    return base + layout.q_offset + slot * layout.q_slot_bytes;
+  }
+  __device__ std::uint8_t* weight_slot(int slot) const {
+    return base + layout.weights_offset + slot * layout.weight_slot_bytes;
+  }
+  __device__ float* fp32_weights(int math_warpgroup) const {
+    return reinterpret_cast<float*>(base + layout.fp32_weights_offset +
+                                    math_warpgroup * layout.fp32_weights_bytes);
+  }
+  __device__ std::uint8_t* tile(int stage) const {
+    return base + layout.tiles_offset + stage * layout.tile_bytes;
+  }
+  __device__ float* scales(int stage) const {
+    return reinterpret_cast<float*>(base + layout.scales_offset) + stage * kTileKeys;
+  }
+  __device__ std::uint32_t* info(int stage) const {
+    return reinterpret_cast<std::uint32_t*>(base + layout.info_offset) + stage;
+  }
+};
+
+// ---- producer -------------------------------------------------------------------------------
+
+// Block ids of one block-table row, fetched 32 at a time by the producer warp (lane i holds entry
+// base + i) and double-buffered: the next 32 are in flight while the current ones are used, so
+// the producer does not wait on a memory round trip every 32 blocks. All lanes call it together;
+// entries are requested in increasing order.
+class BlockIdWindow {
+ public:
+  __device__ BlockIdWindow(const std::int32_t* table, int count, int first, int lane)
+      : table_(table), count_(count), lane_(lane) {
+    fill(first);
+  }
+  __device__ int operator()(int entry) {
+    if (entry < base_ || entry >= base_ + 64) {
+      fill(entry);
+    } else if (entry >= base_ + 32) {
+      base_ += 32;
+      id_ = next_id_;
+      next_id_ = load(base_ + 32);
+    }
+    return __shfl_sync(0xffffffffu, id_, entry - base_);
+  }
+
+ private:
+  __device__ int load(int base) const {
+    return base + lane_ < count_ ? __ldg(table_ + base + lane_) : -1;
+  }
+  __device__ void fill(int base) {
+    base_ = base;
+    id_ = load(base);
+    next_id_ = load(base + 32);
+  }
+  const std::int32_t* table_;
+  int count_;
+  int lane_;
+  int base_ = 0;
+  int id_ = -1;
+  int next_id_ = -1;
+};
+
+// One group's q (TMA, kQBoxRows (row, head) pairs per box, the instance's chunk widths) and
+// weights (bulk copy of the group's rows, as stored).
+template <int D, int H, int kMmaRows>
+__device__ void load_group_queries(const PagedParams& p, const SharedState& s,
+                                   const Group<kMmaRows, false>& g, int slot) {
+  constexpr int kPairs = q_slot_pairs(kMmaRows, H);
+  Barrier* bar = s.q_full(slot);
+  const int weight_size = p.weights_bf16 ? 2 : 4;
+  const auto weight_bytes = static_cast<std::uint32_t>(g.rows * H * weight_size);
+  bar->arrive_expect_bytes(kPairs * D + weight_bytes);
+  for (int pair = 0; pair < kPairs; pair += kQBoxRows) {
+    tma_load_2d(s.q_slot(slot) + pair * D, &p.q_map, 0, g.first_row * H + pair, bar);
+  }
+  bulk_load(s.weight_slot(slot),
+            static_cast<const std::uint8_t*>(p.weights) +
+                static_cast<std::int64_t>(g.first_row) * H * weight_size,
+            weight_bytes, bar);
+}
+
+// Key tile of stage `stage` by cp.async: the block stride is not a multiple of 16 bytes, so TMA
+// cannot address the blocks. Rows land where TMA's swizzle would put them.
+template <int D>
+__device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int stage,
+                                const int (&ids)[2], std::uint32_t mask, int lane) {
+  const int bk = p.block_kv;
+  constexpr int kWordsPerRow = D / 4;
+  for (int b = 0; b < 2; ++b) {
+    if (((mask >> b) & 1) == 0) continue;
+    const std::uint8_t* block = p.kv_cache + ids[b] * p.block_stride_bytes;
+    // Rolled: the producer runs on few registers, and cp.async is issued, not waited on.
+#pragma unroll 1
+    for (int word = lane; word < bk * kWordsPerRow; word += 32) {
+      const int row = word / kWordsPerRow;
+      const int byte = (word % kWordsPerRow) * 4;
+      const auto offset = static_cast<std::uint32_t>((b * bk + row) * D + byte);
+      cp_async_4(s.tile(stage) + swizzled_offset<D>(offset), block + row * D + byte);
+    }
+    for (int key = lane; key < bk; key += 32) {
+      cp_async_4(s.scales(stage) + b * bk + key, block + bk * D + key * kScaleBytes);
+    }
+  }
+  cp_async_wait_all();
+  fence_async_proxy_shared();
+}
+
+// Loads tile `tile` of a group into stage ring.stage; `key_limit` is the group's longest row.
+// kTma: by TMA (one 3-D box and one bulk copy of scales per block); else by cp.async.
+template <int D, bool kTma>
+__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s, int key_limit,
+                                          BlockIdWindow& block_ids, int tile,
+                                          const RuntimeRingPosition& ring, int lane) {
+  const int bk = p.block_kv;
+  const int blocks_per_tile = kTileKeys / bk;
+  int ids[2] = {-1, -1};
+  std::uint32_t mask = 0;
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const int entry = tile * blocks_per_tile + b;
+    // Only blocks holding keys below the group's longest row are looked up (and read).
+    if (b < blocks_per_tile && static_cast<std::int64_t>(entry) * bk < key_limit) {
+      ids[b] = block_ids(entry);
+      if (ids[b] >= 0 && ids[b] < p.num_blocks) mask |= 1u << b;
+    }
+  }
+  const int stage = ring.stage;
+  s.empty(stage)->wait(ring.phase ^ 1);
+  Barrier* full = s.full(stage);
+  if constexpr (kTma) {
+    if (lane == 0) {
+      *s.info(stage) = mask;
+      full->arrive_expect_bytes(__popc(mask) * bk * (D + kScaleBytes));
+      for (int b = 0; b < 2; ++b) {
+        if (((mask >> b) & 1) == 0) continue;
+        tma_load_3d(s.tile(stage) + b * bk * D, &p.kv_map, 0, 0, ids[b], full);
+        bulk_load(s.scales(stage) + b * bk, p.kv_cache + ids[b] * p.block_stride_bytes + bk * D,
+                  bk * kScaleBytes, full);
+      }
+    }
+  } else {
+    copy_tile_async<D>(p, s, stage, ids, mask, lane);
+    __syncwarp();
+    if (lane == 0) {
+      *s.info(stage) = mask;
+      full->arrive();
+    }
+  }
+}
+
+template <int D, int H, int kMmaRows, bool kTma>
+__device__ void produce(const PagedParams& p, const SharedState& s) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  RuntimeRingPosition ring;
+  RingPosition<kQSlots> q_ring;
+  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const int blocks_per_tile = kTileKeys / p.block_kv;
+    BlockIdWindow block_ids(g.table, ceil_div_int(g.key_limit, p.block_kv),
+                            g.tile_lo() * blocks_per_tile, lane);
+    s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
+    if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
+    for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
+      if (!g.tile_needed(tile)) continue;
+      load_tile<D, kTma>(p, s, g.key_limit, block_ids, tile, ring, lane);
+      ring.advance(p.smem.stages);
+    }
+    q_ring.advance();
+  });
+}
+
+// The producer loop is compiled once per key path, so that each copy carries only its own state.
+template <int D, int H, int kMmaRows>
+__device__ void run_producer(const PagedParams& p, const SharedState& s) {
+  if (p.kv_tma) {
+    produce<D, H, kMmaRows, true>(p, s);
+  } else {
+    produce<D, H, kMmaRows, false>(p, s);
+  }
+}
+
+// ---- helpers: L2 prefetch and cleaning ------------------------------------------------------
+
+// Warms L2 with what the producer reads at the start of each group of this CTA's segment: the
+// block-table entries of its tiles, its q rows and weights. The producer otherwise pays a DRAM
+// round trip per group before its first key load can go out (short sequences at large batch).
+template <int H, int kMmaRows>
+__device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
+  constexpr int kLine = 128;
+  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const int blocks_per_tile = kTileKeys / p.block_kv;
+    const int first = g.tile_lo() * blocks_per_tile;
+    const int last = min_int(g.tile_hi() * blocks_per_tile, ceil_div_int(g.key_limit, p.block_kv));
+    constexpr int kEntriesPerLine = kLine / 4;
+    for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
+      prefetch_l2(g.table + entry);
+    }
+    const auto* q = static_cast<const std::uint8_t*>(p.q) +
+                    static_cast<std::int64_t>(g.first_row) * H * head_dim;
+    for (int byte = lane * kLine; byte < g.rows * H * head_dim; byte += 32 * kLine) {
+      prefetch_l2(q + byte);
+    }
+    const int weight_size = p.weights_bf16 ? 2 : 4;
+    const auto* w = static_cast<const std::uint8_t*>(p.weights) +
+                    static_cast<std::int64_t>(g.first_row) * H * weight_size;
+    for (int byte = lane * kLine; byte < g.rows * H * weight_size; byte += 32 * kLine) {
+      prefetch_l2(w + byte);
+    }
+  });
+}
+
+// -inf over columns [begin, end) of output row `row`; `begin` is a multiple of 64 (so 16-byte
+// aligned: rows start 16-byte aligned), the tail past the last whole vector is stored singly.
+__device__ inline void fill_negative_infinity(const PagedParams& p, std::int64_t row,
+                                              std::int64_t begin, std::int64_t end, int lane) {
+  const int element_bytes = p.logits_bf16 ? 2 : 4;
+  const std::int64_t per_vector = 16 / element_bytes;
+  auto* out = static_cast<std::uint8_t*>(p.logits) + row * p.logits_row_stride * element_bytes;
+  const std::uint32_t word = p.logits_bf16 ? 0xff80ff80u : 0xff800000u;  // -inf, -inf pairs
+  const uint4 pattern = make_uint4(word, word, word, word);
+  const std::int64_t vectors = (end - begin) / per_vector;
+  for (std::int64_t v = lane; v < vectors; v += 32) {
+    *reinterpret_cast<uint4*>(out + (begin + v * per_vector) * element_bytes) = pattern;
+  }
+  for (std::int64_t col = begin + vectors * per_vector + lane; col < end; col += 32) {
+    if (p.logits_bf16) {
+      reinterpret_cast<std::uint16_t*>(out)[col] = static_cast<std::uint16_t>(word);
+    } else {
+      reinterpret_cast<std::uint32_t*>(out)[col] = word;
+    }
+  }
+}
+
+__device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
+  if (!p.clean_logits || p.max_context_len == 0) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t rows = static_cast<std::int64_t>(p.units) * p.next_n;
+  const std::int64_t per_row = schedule::ceil_div(p.max_context_len, kCleanChunkCols);
+  const std::int64_t tasks = rows * per_row;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kCleanerWarps;
+  for (std::int64_t task = blockIdx.x * kCleanerWarps + cleaner; task < tasks; task += stride) {
+    const std::int64_t row = task / per_row;
+    const std::int64_t part = task % per_row;
+    const std::int64_t written =  // by the tiles' owners
+        schedule::ceil_div(output_row_key_count(p, static_cast<int>(row)), kTileKeys) * kTileKeys;
+    const std::int64_t begin = max64(written, part * kCleanChunkCols);
+    const std::int64_t end = min64((part + 1) * kCleanChunkCols, p.max_context_len);
+    if (begin < end) fill_negative_infinity(p, row, begin, end, lane);
+  }
+}
+
+// ---- math -----------------------------------------------------------------------------------
+
+// Tile `tile` of group g against chunk C of the queries: the MMA, then the epilogue.
+template <int D, int H, int kMmaRows, int C>
+__device__ __forceinline__ void compute_chunk(const PagedParams& p, const SharedState& s,
+                                              const Group<kMmaRows, true>& g,
+                                              const StoreRows<H, kMmaRows>& rows_out,
+                                              const std::uint8_t* q_slot, const float* weights,
+                                              int tile, int stage, const TileScales& scales,
+                                              int lane) {
+  constexpr int kWidth = chunk_width(rows_in_chunk(kMmaRows, C, H), H);
+  // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
+  // next, which keeps the register allocator free to overlap them with everything else.
+  float acc[kWidth / 2];
+  define_registers(acc);
+  wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile(stage), q_slot + C * chunk_rows(H) * H * D);
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
+    __syncwarp();
+    if (lane == 0) s.empty(stage)->arrive();
+  }
+  chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane);
+}
+
+template <int D, int H, int kMmaRows>
+__device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
+                                             const Group<kMmaRows, true>& g,
+                                             const StoreRows<H, kMmaRows>& rows_out,
+                                             const std::uint8_t* q_slot, const float* weights,
+                                             int tile, int stage, std::uint32_t phase, int key0,
+                                             int lane) {
+  s.full(stage)->wait(phase);
+  const std::uint32_t loaded = *s.info(stage);
+  TileScales scales;
+  scales.key0 = key0;
+  scales.first = s.scales(stage)[key0];
+  scales.second = s.scales(stage)[key0 + 8];
+  // key0 and key0 + 8 lie in the same block (block_kv >= 32).
+  scales.in_block = ((loaded >> (key0 / p.block_kv)) & 1) != 0;
+  compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+  if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
+    compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+  }
+}
+
+// This warpgroup's fp32 copy of the group's `rows` rows of weights, in the order the epilogue
+// reads them (weight_index), whatever the stored dtype. The first barrier keeps the previous
+// group's copy until every thread of the warpgroup is done with it, the second publishes the new
+// one.
+template <int H>
+__device__ void copy_weights_fp32(const PagedParams& p, const SharedState& s, int rows, int slot,
+                                  float* out, int math_warpgroup) {
+  const int barrier = 1 + math_warpgroup;  // named barriers 1 and 2
+  const int thread = static_cast<int>(threadIdx.x % 128);
+  named_barrier_sync(barrier, 128);
+  const std::uint8_t* in = s.weight_slot(slot);
+  for (int i = thread; i < rows * H; i += 128) {
+    const float w = p.weights_bf16 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(in)[i])
+                                   : reinterpret_cast<const float*>(in)[i];
+    out[i / H * H + weight_index(i % H, H)] = w;
+  }
+  named_barrier_sync(barrier, 128);
+}
+
+template <int D, int H, int kMmaRows>
+__device__ void run_math(const PagedParams& p, const SharedState& s, int math_warpgroup) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
+  float* weights = s.fp32_weights(math_warpgroup);
+  RuntimeRingPosition ring;
+  RingPosition<kQSlots> q_ring;
+  int tile_count = 0;
+  for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
+    const StoreRows<H, kMmaRows> rows_out(g, lane % 4);
+    // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
+    // its q_empty arrival never runs a phase ahead of the other warpgroup's.
+    s.q_full(q_ring.stage)->wait(q_ring.phase);
+    copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, weights, math_warpgroup);
+    const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
+    for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
+      if (!g.tile_needed(tile)) continue;
+      if ((tile_count & 1) == math_warpgroup) {
+        compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tile, ring.stage,
+                                     ring.phase, key0, lane);
+      }
+      ++tile_count;
+      ring.advance(p.smem.stages);
+    }
+    __syncwarp();
+    if (lane == 0) s.q_empty(q_ring.stage)->arrive();
+    q_ring.advance();
+  });
+}
+
+// ---- the kernel -----------------------------------------------------------------------------
+
+template <int D, int H, int kMmaRows>
+__global__ void __launch_bounds__(kThreads, 1)
+    paged_logits_kernel(const __grid_constant__ PagedParams params) {
+  static_assert(D == 32 || D == 64 || D == 128);
+  static_assert(H == 8 || H == 16 || H == 32 || H == 64);
+  static_assert(kMmaRows == mma_rows_for(kMmaRows, H), "not an instance mma_rows_for picks");
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t misalignment = smem_address(smem_raw) % 1024;
+  const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
+
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < params.smem.stages; ++stage) {
+      s.full(stage)->init(1);
+      s.empty(stage)->init(kWarpsPerWarpgroup);
+    }
+    for (int slot = 0; slot < kQSlots; ++slot) {
+      s.q_full(slot)->init(1);
+      s.q_empty(slot)->init(kMathWarpgroups * kWarpsPerWarpgroup);
+    }
+    fence_barrier_init();
+    prefetch_tensor_map(&params.q_map);
+    if (params.kv_tma) prefetch_tensor_map(&params.kv_map);
+  }
+  __syncthreads();
+  // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no
+  // global memory is touched before this point.
+  cudaGridDependencySynchronize();
+
+  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+  if (warpgroup == 0) {
+    lower_register_budget<kProducerRegisters>();
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    if (warp == 0) {
+      run_producer<D, H, kMmaRows>(params, s);
+    } else {
+      if (warp == 1) prefetch_segment<H, kMmaRows>(params, D, static_cast<int>(threadIdx.x % 32));
+      run_cleaner(params, warp - 1);
+    }
+  } else {
+    raise_register_budget<kMathRegisters>();
+    run_math<D, H, kMmaRows>(params, s, warpgroup - 1);
+  }
+}
+
+}  // namespace mqa_logits::sm90::paged

@@ -1,0 +1,352 @@
+// The decode (paged_mqa_logits) kernel's plan, shared by its launcher and its device code: tile
+// sizes, how a group's query rows are cut into wgmma chunks, the shared-memory carve-up, the
+// kernel parameters, and the walk over one worker's segment of the schedule metadata.
+//
+// Work decomposition (see schedule.hpp for the metadata): the metadata gives worker k the items
+// [(g0, i0), (g1, i1)) of a list of units (sequences; rows in the varlen form), an item being
+// kPagedSplitTokens keys of one unit. The kernel turns the segment into groups, rows that share
+// one block-table row and so one load of every key: the next_n rows of a sequence, or up to
+// varlen_group_rows(H) consecutive varlen rows with equal indices. Each row of a group keeps its
+// own range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded
+// when any row of the group needs it, and written only for the rows that do. So every (row, tile)
+// is owned by exactly one worker, whatever the grouping.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "schedule.hpp"
+
+namespace mqa_logits::sm90::paged {
+
+inline constexpr int kTileKeys = 64;  // keys per tile: the M side of one wgmma
+inline constexpr int kTilesPerItem = schedule::kPagedSplitTokens / kTileKeys;
+static_assert(schedule::kPagedSplitTokens % kTileKeys == 0, "an item is whole tiles");
+
+inline constexpr int kMaxGroupRows = 8;        // next_n <= 8
+inline constexpr int kMaxVarlenGroupRows = 4;  // varlen rows of one sequence decoded together
+inline constexpr int kMaxMmaWidth = 256;       // wgmma N limit
+inline constexpr int kWidthGranule = 64;       // chunk widths are multiples of this (wgmma shapes)
+inline constexpr int kQBoxRows = 64;           // (row, head) pairs per q TMA box
+inline constexpr int kMaxStages = 32;
+inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous one runs
+inline constexpr int kScaleBytes = 4;
+
+inline constexpr int kWarpsPerWarpgroup = 4;
+inline constexpr int kMathWarpgroups = 2;
+inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);
+inline constexpr int kCleanerWarps = kWarpsPerWarpgroup - 1;  // producer warpgroup, warps 1..3
+inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
+static_assert(kMaxStages % kMathWarpgroups == 0);
+
+// For a >= 0, without overflow near INT_MAX.
+__host__ __device__ constexpr int ceil_div_int(int a, int b) {
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr std::int64_t min64(std::int64_t a, std::int64_t b) {
+  return a < b ? a : b;
+}
+__host__ __device__ constexpr std::int64_t max64(std::int64_t a, std::int64_t b) {
+  return a > b ? a : b;
+}
+
+// ---- chunks: a group's rows times heads is the wgmma N side --------------------------------
+// A kernel instance is compiled for groups of up to `mma_rows` rows (its MMA shapes are constants:
+// a shape chosen at run time makes ptxas serialize the wgmma pipeline). Chunk c holds rows
+// [c * R, min((c + 1) * R, mma_rows)) with R = chunk_rows(H); its width is rows * H rounded up
+// to kWidthGranule (padding columns compute on whatever q rows follow, and are never read). Only
+// H = 64 with more than 4 rows needs a second chunk.
+
+__host__ __device__ constexpr int chunk_rows(int heads) {
+  return min_int(kMaxGroupRows, kMaxMmaWidth / heads);
+}
+__host__ __device__ constexpr int chunk_count(int rows, int heads) {
+  return ceil_div_int(rows, chunk_rows(heads));
+}
+__host__ __device__ constexpr int rows_in_chunk(int rows, int chunk, int heads) {
+  return min_int(chunk_rows(heads), rows - chunk * chunk_rows(heads));
+}
+__host__ __device__ constexpr int chunk_width(int chunk_row_count, int heads) {
+  return ceil_div_int(chunk_row_count * heads, kWidthGranule) * kWidthGranule;
+}
+// (row, head) pairs of a q slot of an instance for `mma_rows` rows: the last chunk's end.
+__host__ __device__ constexpr int q_slot_pairs(int mma_rows, int heads) {
+  const int last = chunk_count(mma_rows, heads) - 1;
+  return last * chunk_rows(heads) * heads +
+         chunk_width(rows_in_chunk(mma_rows, last, heads), heads);
+}
+static_assert(chunk_width(chunk_rows(64), 64) <= kMaxMmaWidth);
+static_assert(chunk_width(chunk_rows(8), 8) <= kMaxMmaWidth);
+static_assert(chunk_count(kMaxGroupRows, 64) == 2 && chunk_count(kMaxGroupRows, 32) == 1);
+// A second chunk starts where the first one's columns end (no padding between chunks).
+static_assert(chunk_rows(64) * 64 % kWidthGranule == 0);
+
+// The instance (mma_rows) that serves groups of `rows` rows: the fewest rows with the same chunk
+// widths, so that instances differ in their MMA shapes only.
+__host__ __device__ constexpr int mma_rows_for(int rows, int heads) {
+  if (rows > chunk_rows(heads)) return rows;
+  return min_int(chunk_rows(heads), chunk_width(rows, heads) / heads);
+}
+static_assert(mma_rows_for(1, 64) == 1 && mma_rows_for(3, 32) == 4 && mma_rows_for(1, 16) == 4);
+static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
+
+// Rows of a varlen group: up to 4, as long as they fit one 128-column chunk, so that a group of
+// one row (no sharing to be had) still costs no more than the memory-bound minimum.
+__host__ __device__ constexpr int varlen_group_rows(int heads) {
+  return min_int(kMaxVarlenGroupRows, 128 / heads);
+}
+
+// ---- shared memory --------------------------------------------------------------------------
+
+struct SmemLayout {
+  std::uint32_t q_slot_bytes = 0;        // q of one group: [pairs][D], swizzled by TMA
+  std::uint32_t weight_slot_bytes = 0;   // weights of one group as stored: [pairs] fp32 or bf16
+  std::uint32_t fp32_weights_bytes = 0;  // one math warpgroup's fp32 copy: [pairs]
+  std::uint32_t tile_bytes = 0;          // one stage of key values: [64][D], swizzled by TMA
+  int stages = 0;
+  std::uint32_t q_offset = 0;             // kQSlots q slots
+  std::uint32_t tiles_offset = 0;         // `stages` key tiles
+  std::uint32_t weights_offset = 0;       // kQSlots weight slots
+  std::uint32_t fp32_weights_offset = 0;  // kMathWarpgroups fp32 copies
+  std::uint32_t scales_offset = 0;        // `stages` x kTileKeys fp32 key scales
+  std::uint32_t info_offset = 0;          // `stages` x uint32: which blocks of the tile were loaded
+  std::uint32_t barriers_offset = 0;      // full[stages], empty[stages], q_full[2], q_empty[2]
+  std::uint32_t total_bytes = 0;          // from a 1024-byte aligned base
+};
+
+__host__ __device__ constexpr std::uint32_t align_up(std::uint32_t value, std::uint32_t to) {
+  return (value + to - 1) / to * to;
+}
+
+// The carve-up of an instance for `mma_rows` rows, with as many stages (an even number, at most
+// kMaxStages) as `budget_bytes` allows. stages == 0 means the budget is too small.
+constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int weight_bytes,
+                                      std::uint32_t budget_bytes) {
+  SmemLayout s;
+  const auto pairs = static_cast<std::uint32_t>(q_slot_pairs(mma_rows, heads));
+  s.q_slot_bytes = pairs * static_cast<std::uint32_t>(head_dim);  // a multiple of 64 * D
+  s.weight_slot_bytes = align_up(pairs * static_cast<std::uint32_t>(weight_bytes), 16);
+  s.fp32_weights_bytes = pairs * 4;
+  s.tile_bytes = static_cast<std::uint32_t>(kTileKeys * head_dim);
+  const std::uint32_t fixed = kQSlots * (s.q_slot_bytes + s.weight_slot_bytes + 2 * 8) +
+                              kMathWarpgroups * s.fp32_weights_bytes;
+  const std::uint32_t per_stage = s.tile_bytes + kTileKeys * kScaleBytes + 4 + 2 * 8;
+  const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
+  // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % 2
+  // (paged_kernel.cuh, Pipeline).
+  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage)) / kMathWarpgroups *
+             kMathWarpgroups;
+  const auto stages = static_cast<std::uint32_t>(s.stages);
+  s.q_offset = 0;
+  s.tiles_offset = s.q_offset + kQSlots * s.q_slot_bytes;  // both multiples of 1024
+  s.weights_offset = s.tiles_offset + stages * s.tile_bytes;
+  s.fp32_weights_offset = s.weights_offset + kQSlots * s.weight_slot_bytes;
+  s.scales_offset = s.fp32_weights_offset + kMathWarpgroups * s.fp32_weights_bytes;
+  s.info_offset = s.scales_offset + stages * kTileKeys * kScaleBytes;
+  s.barriers_offset = align_up(s.info_offset + stages * 4, 8);
+  s.total_bytes = s.barriers_offset + (2 * stages + 2 * kQSlots) * 8;
+  return s;
+}
+
+// ---- kernel parameters ----------------------------------------------------------------------
+
+struct PagedParams {
+  CUtensorMap q_map;   // q as [rows * H][D] bytes, boxes of kQBoxRows x D, swizzled by D
+  CUtensorMap kv_map;  // key values as [num_blocks][block_kv][D] bytes, one block per box
+  const std::uint8_t* kv_cache;
+  std::int64_t block_stride_bytes;
+  std::int64_t num_blocks;
+  const void* q;        // [rows][H][D] (read by TMA through q_map; prefetched through this)
+  const void* weights;  // [rows][H]
+  const std::int32_t* context_lens;
+  const std::int32_t* block_table;
+  std::int64_t table_row_stride;
+  std::int64_t table_rows;
+  std::int64_t max_blocks;
+  const std::int32_t* indices;  // varlen form, or null
+  const std::int32_t* schedule_meta;
+  void* logits;
+  std::int64_t logits_row_stride;
+  std::int64_t max_context_len;
+  std::int64_t key_cap;  // keys any row can have: min(max_context_len, max_blocks * block_kv)
+  int units;             // sequences, or rows in the varlen form
+  int next_n;            // rows per sequence (1 in the varlen form)
+  int group_rows;        // rows of the largest group: next_n, or varlen_group_rows(H)
+  int lens_cols;         // columns of 2-D context lengths (next_n), 1 for 1-D
+  int block_kv;
+  bool lens_2d;
+  bool kv_tma;  // keys by TMA; else (block stride not a multiple of 16) by 4-byte cp.async
+  bool weights_bf16;
+  bool logits_bf16;
+  bool clean_logits;
+  SmemLayout smem;
+};
+
+// ---- rows, groups and the walk over a worker's segment --------------------------------------
+// Indices are 32-bit: rows times heads of q are TMA coordinates (the launcher checks they fit),
+// and lengths, items and tiles are bounded by int32 context lengths.
+
+// Keys of row `t` of `unit` after the clamping rules of problem.hpp (0 for an invalid varlen
+// index, passed as table_valid).
+__device__ __forceinline__ int row_key_count(const PagedParams& p, int unit, int t,
+                                             bool table_valid) {
+  if (!table_valid) return 0;
+  const std::int64_t len =
+      p.indices != nullptr
+          ? schedule::paged_row_length(p.context_lens, p.lens_2d, unit, 1, 0)
+          : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
+  return static_cast<int>(min64(len, p.key_cap));
+}
+
+// Keys of output row `row` (the cleaners' view of the same rule).
+__device__ __forceinline__ int output_row_key_count(const PagedParams& p, int row) {
+  if (p.indices != nullptr) {
+    const std::int64_t table = p.indices[row];
+    return row_key_count(p, row, 0, table >= 0 && table < p.table_rows);
+  }
+  return row_key_count(p, row / p.next_n, row % p.next_n, true);
+}
+
+struct RowTiles {
+  int keys = 0;     // the row's key count
+  int tile_lo = 0;  // tiles [tile_lo, tile_hi) of the row belong to this worker
+  int tile_hi = 0;
+};
+
+struct TileRange {
+  int lo = 0;
+  int hi = 0;
+  __device__ __forceinline__ bool contains(int tile) const { return lo <= tile && tile < hi; }
+  __device__ __forceinline__ void merge(const RowTiles& row) {
+    if (row.tile_lo >= row.tile_hi) return;
+    lo = lo < hi ? min_int(lo, row.tile_lo) : row.tile_lo;
+    hi = row.tile_hi > hi ? row.tile_hi : hi;
+  }
+};
+
+// A group of at most kRows rows (the instance's mma_rows: a bound known at compile time keeps the
+// per-row loops short). With kKeepRows the rows' own tiles are kept (the math warpgroups store
+// per row); without, only what loading needs, and the rows are visited in a rolled loop (the
+// producer runs on few registers).
+template <int kRows, bool kKeepRows>
+struct Group {
+  int first_row = 0;  // of q, weights and logits
+  int rows = 0;
+  const std::int32_t* table = nullptr;  // the shared block-table row
+  int key_limit = 0;                    // the longest row: keys at or past it are never loaded
+  RowTiles row[kKeepRows ? kRows : 1];
+  // The tiles some row needs, as two ranges: row 0's, and the union of the others'. Only the
+  // segment's first unit starts past item 0, and it is row 0 of its group in the varlen form
+  // (later rows are later units) while all rows of a sequence share it: so rows 1.. start at one
+  // tile and their union is one range.
+  TileRange lead;
+  TileRange rest;
+
+  __device__ __forceinline__ int tile_lo() const {
+    return lead.lo < lead.hi && (rest.lo >= rest.hi || lead.lo < rest.lo) ? lead.lo : rest.lo;
+  }
+  __device__ __forceinline__ int tile_hi() const { return lead.hi > rest.hi ? lead.hi : rest.hi; }
+  __device__ __forceinline__ bool has_tiles() const {
+    return lead.lo < lead.hi || rest.lo < rest.hi;
+  }
+  __device__ __forceinline__ bool tile_needed(int tile) const {
+    return lead.contains(tile) || rest.contains(tile);
+  }
+};
+
+// Worker k's items: [(g0, i0), (g1, i1)) from metadata rows k and k + 1.
+struct Segment {
+  int g0, i0, g1, i1;
+};
+
+__device__ __forceinline__ Segment read_segment(const std::int32_t* meta, int worker) {
+  const std::int32_t* row = meta + static_cast<std::int64_t>(worker) * schedule::kMetaCols;
+  return {row[0] > 0 ? row[0] : 0, row[1] > 0 ? row[1] : 0, row[schedule::kMetaCols],
+          row[schedule::kMetaCols + 1]};
+}
+
+// Tiles of a unit's row inside the segment: its items [ib, ie) cut at its key count.
+__device__ __forceinline__ RowTiles row_tiles(const Segment& seg, int unit, int unit_items,
+                                              int keys) {
+  const int ib = unit == seg.g0 ? min_int(seg.i0, unit_items) : 0;
+  const int ie = unit == seg.g1 ? min_int(seg.i1, unit_items) : unit_items;
+  const int lo = ib * kTilesPerItem;
+  const int hi = min_int(ie * kTilesPerItem, ceil_div_int(keys, kTileKeys));
+  RowTiles r;
+  r.keys = keys;
+  if (lo < hi) {
+    r.tile_lo = lo;
+    r.tile_hi = hi;
+  }
+  return r;
+}
+
+__device__ __forceinline__ int unit_items(const PagedParams& p, int unit) {
+  return static_cast<int>(schedule::paged_group_items(
+      schedule::paged_unit_length(p.context_lens, p.lens_2d, p.lens_cols, unit)));
+}
+
+// The group starting at `unit`; `*next` receives the unit after it. Units at or past `unit_end`
+// belong to later workers.
+template <int kRows, bool kKeepRows>
+__device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams& p,
+                                                              const Segment& seg, int unit,
+                                                              int unit_end, int* next) {
+  Group<kRows, kKeepRows> g;
+  std::int64_t table_row = unit;
+  if (p.indices == nullptr) {
+    g.first_row = unit * p.next_n;
+    g.rows = p.next_n;
+    *next = unit + 1;
+  } else {
+    table_row = p.indices[unit];
+    int end = unit + 1;
+    while (end < unit_end && end - unit < p.group_rows && p.indices[end] == table_row) ++end;
+    g.first_row = unit;
+    g.rows = end - unit;
+    *next = end;
+  }
+  const bool table_valid = table_row >= 0 && table_row < p.table_rows;
+  g.table = table_valid ? p.block_table + table_row * p.table_row_stride : nullptr;
+
+  const int shared_items = p.indices == nullptr ? unit_items(p, unit) : 0;
+#pragma unroll(kKeepRows ? kRows : 1)
+  for (int t = 0; t < kRows; ++t) {
+    if (t < g.rows) {
+      // Varlen rows are units of their own, with their own items.
+      const int row_unit = p.indices == nullptr ? unit : unit + t;
+      const int items = p.indices == nullptr ? shared_items : unit_items(p, row_unit);
+      const RowTiles r =
+          row_tiles(seg, row_unit, items, row_key_count(p, row_unit, t, table_valid));
+      if constexpr (kKeepRows) g.row[t] = r;
+      g.key_limit = r.keys > g.key_limit ? r.keys : g.key_limit;
+      if (t == 0) {
+        g.lead.merge(r);
+      } else {
+        g.rest.merge(r);
+      }
+    }
+  }
+  return g;
+}
+
+// Calls fn(group) for every group of this CTA's segment that has tiles, in order; groups have at
+// most kRows >= p.group_rows rows. Every role of the CTA walks the same sequence; garbage
+// metadata can only make the walk shorter (units are bounded by p.units), never read out of
+// bounds.
+template <int kRows, bool kKeepRows, typename Fn>
+__device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
+  const Segment seg = read_segment(p.schedule_meta, static_cast<int>(blockIdx.x));
+  const int unit_end = min_int(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
+  for (int unit = seg.g0; unit < unit_end;) {
+    int next = unit + 1;
+    const Group<kRows, kKeepRows> group =
+        load_group<kRows, kKeepRows>(p, seg, unit, unit_end, &next);
+    if (group.has_tiles()) fn(group);
+    unit = next;
+  }
+}
+
+}  // namespace mqa_logits::sm90::paged

@@ -1,0 +1,502 @@
+// GPU decode (paged_mqa_logits) against the CPU backend: the option matrix (every head count,
+// head dim, next_n 1-8, block_kv, dtypes, 1-D / 2-D lengths, varlen indices, block strides TMA
+// can and cannot address, clean_logits), edge cases, repeatability, device metadata == host
+// metadata, and nothing written outside the output. Skipped where no sm_90 GPU is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using gpu_test::DeviceBuffer;
+using gpu_test::GpuTest;
+using gpu_test::kGpu;
+using support::PagedSpec;
+using support::PagedWorkload;
+
+// What a case changes in the inputs besides the workload (both backends see the same inputs).
+struct Variation {
+  std::int64_t extra_table_stride = 0;  // block-table rows this many entries further apart
+  int invalid_every = 0;  // every k-th used block-table entry made invalid (-5 or >= num_blocks)
+  int workers = 0;        // metadata workers; 0: get_num_sms()
+};
+
+// The block table of a case as int32 [table_rows, stride].
+struct Table {
+  std::vector<std::int32_t> entries;
+  std::int64_t stride = 0;
+};
+
+Table make_table(const PagedWorkload& w, const Variation& v) {
+  Table t;
+  t.stride = w.max_blocks + v.extra_table_stride;
+  t.entries.assign(static_cast<std::size_t>(w.table_rows * t.stride), -1);
+  const auto source = w.block_table();
+  std::int64_t used = 0;
+  for (std::int64_t row = 0; row < w.table_rows; ++row) {
+    for (std::int64_t k = 0; k < w.max_blocks; ++k) {
+      std::int32_t id = source[row * w.max_blocks + k];
+      if (v.invalid_every > 0 && id >= 0 && ++used % v.invalid_every == 0) {
+        id = (used / v.invalid_every) % 2 == 0 ? -5 : static_cast<std::int32_t>(w.num_blocks + 3);
+      }
+      t.entries[row * t.stride + k] = id;
+    }
+  }
+  return t;
+}
+
+TensorView table_view(void* data, const PagedWorkload& w, const Table& t, Device device) {
+  TensorView view =
+      TensorView::contiguous(data, DType::kInt32, {w.table_rows, w.max_blocks}, device);
+  view.strides[0] = t.stride;
+  return view;
+}
+
+TensorView meta_view(void* data, int workers, Device device) {
+  return TensorView::contiguous(data, DType::kInt32, {schedule_meta_rows(workers), 2}, device);
+}
+
+// One case on both backends. The CPU runs with clean_logits so that -inf marks the windows.
+class PagedCase {
+ public:
+  PagedCase(const PagedSpec& spec, const Variation& variation)
+      : workload_(support::make_paged_workload(spec)),
+        variation_(variation),
+        workers_(variation.workers > 0 ? variation.workers : get_num_sms()),
+        table_(make_table(workload_, variation)),
+        device_(gpu_test::upload(workload_.buffers)),
+        device_table_(table_.entries.size() * sizeof(std::int32_t)),
+        device_meta_(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2 *
+                     sizeof(std::int32_t)),
+        out_(workload_.logits_bytes()) {
+    if (!table_.entries.empty()) {
+      gpu_test::check(cudaMemcpy(device_table_.data(), table_.entries.data(), device_table_.bytes(),
+                                 cudaMemcpyHostToDevice),
+                      "cudaMemcpy block table");
+    }
+  }
+
+  const PagedWorkload& workload() const { return workload_; }
+
+  std::vector<std::byte> cpu_logits() {
+    auto in = workload_.host_inputs();
+    in.options.clean_logits = true;
+    in.block_table = table_view(table_.entries.data(), workload_, table_, {});
+    host_meta_.assign(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2, -7);
+    const TensorView meta = meta_view(host_meta_.data(), workers_, {});
+    get_paged_mqa_logits_metadata(in.context_lens, workload_.spec.block_kv, workers_, meta,
+                                  in.options.indices);
+    std::vector<std::byte> out(workload_.logits_bytes());
+    paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                     workload_.max_context_len, workload_.logits_view(out.data()), in.options);
+    return out;
+  }
+
+  // Device metadata, then the kernel on a poisoned (NaN) output.
+  std::vector<std::byte> gpu_logits() {
+    out_.poison();
+    auto in = workload_.inputs(device_.pointers, kGpu);
+    in.block_table = table_view(device_table_.data(), workload_, table_, kGpu);
+    const TensorView meta = meta_view(device_meta_.data(), workers_, kGpu);
+    get_paged_mqa_logits_metadata(in.context_lens, workload_.spec.block_kv, workers_, meta,
+                                  in.options.indices);
+    paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                     workload_.max_context_len, workload_.logits_view(out_.data(), kGpu),
+                     in.options);
+    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return out_.download();
+  }
+
+  std::vector<std::int32_t> device_metadata() const {
+    const auto bytes = device_meta_.download();
+    std::vector<std::int32_t> meta(bytes.size() / sizeof(std::int32_t));
+    std::memcpy(meta.data(), bytes.data(), bytes.size());
+    return meta;
+  }
+  const std::vector<std::int32_t>& host_metadata() const { return host_meta_; }
+
+ private:
+  PagedWorkload workload_;
+  Variation variation_;
+  int workers_;
+  Table table_;
+  gpu_test::DeviceInputs device_;
+  DeviceBuffer device_table_;
+  DeviceBuffer device_meta_;
+  DeviceBuffer out_;
+  std::vector<std::int32_t> host_meta_;
+};
+
+// Row padding past max_context_len (the layout's stride) still holds the poison: the kernel
+// never writes outside the logical output.
+void expect_padding_untouched(const PagedWorkload& w, const std::vector<std::byte>& gpu) {
+  const std::size_t element = dtype_size(w.spec.logits_dtype);
+  std::int64_t touched = 0;
+  for (std::int64_t row = 0; row < w.layout.rows; ++row) {
+    for (std::int64_t col = w.layout.cols; col < w.layout.row_stride; ++col) {
+      const std::byte* e = gpu.data() + (row * w.layout.row_stride + col) * element;
+      for (std::size_t b = 0; b < element; ++b) touched += e[b] != std::byte{0xff};
+    }
+  }
+  EXPECT_EQ(touched, 0) << "bytes written past max_context_len";
+}
+
+void run_and_compare(const PagedSpec& spec, const Variation& variation = {}) {
+  PagedCase c(spec, variation);
+  const auto cpu = c.cpu_logits();
+  const auto gpu = c.gpu_logits();
+  EXPECT_EQ(c.device_metadata(), c.host_metadata()) << "device metadata differs from host";
+  gpu_test::expect_matches_cpu(c.workload(), gpu, cpu);
+  expect_padding_untouched(c.workload(), gpu);
+}
+
+std::string describe(const PagedSpec& s) {
+  return "B" + std::to_string(s.batch) + "_N" + std::to_string(s.next_n) + "_H" +
+         std::to_string(s.num_heads) + "_D" + std::to_string(s.head_dim) + "_bk" +
+         std::to_string(s.block_kv) + "_w" + dtype_name(s.weights_dtype) + "_out" +
+         dtype_name(s.logits_dtype) + (s.clean_logits ? "_clean" : "_unclean") +
+         (s.lens_2d ? "_lens2d" : "_lens1d") + (s.varlen_indices ? "_varlen" : "") + "_pad" +
+         std::to_string(s.extra_block_stride_bytes);
+}
+
+// ---- the option matrix ----------------------------------------------------------------------
+
+// Every (D, H, next_n) (so every kernel instance), plus the varlen form per (D, H); dtypes,
+// block_kv, clean, 1-D / 2-D lengths and block padding (multiples of 16 for TMA, and 4 / 12 for
+// the cp.async path) cycle so that each value meets the others.
+std::vector<PagedSpec> option_matrix() {
+  const std::pair<DType, DType> dtypes[] = {{DType::kFloat32, DType::kFloat32},
+                                            {DType::kFloat32, DType::kBFloat16},
+                                            {DType::kBFloat16, DType::kBFloat16}};
+  const std::int64_t paddings[] = {0, 16, 4, 0, 12, 64};
+  std::vector<PagedSpec> specs;
+  int index = 0;
+  for (int dim : {32, 64, 128}) {
+    for (int heads : {8, 16, 32, 64}) {
+      for (int next_n = 0; next_n <= 8; ++next_n) {  // 0: the varlen form
+        PagedSpec s;
+        s.varlen_indices = next_n == 0;
+        s.batch = s.varlen_indices ? 11 : 2 + index % 4;
+        s.next_n = s.varlen_indices ? 1 : next_n;
+        s.num_heads = heads;
+        s.head_dim = dim;
+        s.block_kv = index % 2 == 0 ? 64 : 32;
+        s.avg_context = 150 + 131 * (index % 5);
+        s.context_jitter = 0.6;
+        s.lens_2d = index % 3 == 1;
+        s.weights_dtype = dtypes[index % 3].first;
+        s.logits_dtype = dtypes[index % 3].second;
+        s.clean_logits = index % 4 < 2;
+        s.extra_block_stride_bytes = paddings[index % 6];
+        s.seed = 2000 + index;
+        specs.push_back(s);
+        ++index;
+      }
+    }
+  }
+  return specs;
+}
+
+class PagedOptionMatrix : public ::testing::TestWithParam<PagedSpec> {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+  }
+};
+
+TEST_P(PagedOptionMatrix, MatchesCpuBackend) { run_and_compare(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Gpu, PagedOptionMatrix, ::testing::ValuesIn(option_matrix()),
+                         [](const auto& info) { return describe(info.param); });
+
+// ---- edge cases -----------------------------------------------------------------------------
+
+class PagedGpu : public GpuTest {};
+
+PagedSpec base_spec(std::uint64_t seed) {
+  PagedSpec s;
+  s.batch = 4;
+  s.next_n = 1;
+  s.avg_context = 700;
+  s.context_jitter = 0.5;
+  s.clean_logits = true;
+  s.seed = seed;
+  return s;
+}
+
+TEST_F(PagedGpu, ContextLengthsAroundBlockEdges) {
+  for (int block_kv : {32, 64}) {
+    // 0, 1, one block, one block plus one, and around one tile (64) and one split (256).
+    const std::vector<std::int32_t> lens = {0,  1,  block_kv, block_kv + 1, 63,
+                                            64, 65, 255,      256,          257};
+    for (bool clean : {true, false}) {
+      PagedSpec s = base_spec(11);
+      s.batch = static_cast<std::int64_t>(lens.size());
+      s.block_kv = block_kv;
+      s.clean_logits = clean;
+      s.explicit_context_lens = lens;
+      SCOPED_TRACE(describe(s));
+      run_and_compare(s);
+    }
+  }
+}
+
+TEST_F(PagedGpu, AllContextsEmpty) {
+  PagedSpec s = base_spec(12);
+  s.batch = 3;
+  s.next_n = 2;
+  s.lens_2d = true;
+  s.explicit_context_lens = {0, 0, 0, 0, 0, 0};
+  s.max_context_len = 100;  // every column is outside every window
+  run_and_compare(s);
+}
+
+TEST_F(PagedGpu, OneLongSequence) {
+  PagedSpec s = base_spec(13);
+  s.batch = 1;
+  s.avg_context = 20000;
+  s.context_jitter = 0.0;
+  run_and_compare(s);
+}
+
+TEST_F(PagedGpu, VeryUnevenBatch) {
+  PagedSpec s = base_spec(14);
+  s.batch = 7;
+  s.explicit_context_lens = {1, 30000, 3, 0, 70, 9000, 257};
+  run_and_compare(s);
+}
+
+TEST_F(PagedGpu, MaxContextLenPastEveryContext) {
+  PagedSpec s = base_spec(15);
+  s.max_context_len = 3001;  // contexts are at most 1050
+  run_and_compare(s);
+  s.clean_logits = false;
+  run_and_compare(s);
+}
+
+TEST_F(PagedGpu, MaxContextLenCutsContexts) {
+  PagedSpec s = base_spec(16);
+  s.next_n = 3;
+  s.max_context_len = 333;  // contexts are at least 350: every row is cut
+  run_and_compare(s);
+}
+
+// next_n 3, 5, 6 and 8 with 1-D lengths (the rows of a sequence see L - N + t + 1 keys, some of
+// them negative for short contexts) and with 2-D lengths.
+TEST_F(PagedGpu, OddAndLargeNextN) {
+  for (int next_n : {3, 5, 6, 8}) {
+    for (bool lens_2d : {false, true}) {
+      PagedSpec s = base_spec(17 + next_n);
+      s.next_n = next_n;
+      s.lens_2d = lens_2d;
+      s.batch = 3;
+      s.explicit_context_lens.clear();
+      if (!lens_2d) s.explicit_context_lens = {2, 900, 0};  // rows of the first go negative
+      SCOPED_TRACE(describe(s));
+      run_and_compare(s);
+    }
+  }
+}
+
+TEST_F(PagedGpu, BlockTableWithWideRowStride) {
+  PagedSpec s = base_spec(30);
+  s.next_n = 2;
+  s.block_kv = 32;
+  run_and_compare(s, {.extra_table_stride = 37});
+}
+
+TEST_F(PagedGpu, InvalidBlockIdsAreOutsideTheWindow) {
+  for (int block_kv : {32, 64}) {
+    for (std::int64_t padding : {0, 4}) {  // TMA and cp.async paths
+      PagedSpec s = base_spec(31);
+      s.block_kv = block_kv;
+      s.next_n = 2;
+      s.extra_block_stride_bytes = padding;
+      SCOPED_TRACE(describe(s));
+      run_and_compare(s, {.invalid_every = 3});
+    }
+  }
+}
+
+TEST_F(PagedGpu, VarlenRunsShareKeys) {
+  for (int heads : {64, 16}) {
+    PagedSpec s = base_spec(32);
+    s.varlen_indices = true;
+    s.batch = 61;
+    s.num_heads = heads;
+    s.avg_context = 1500;
+    run_and_compare(s);
+    run_and_compare(s, {.workers = 5});  // segments start and end inside runs
+  }
+}
+
+// Segments of every shape: one worker, a few (segments spanning sequences and splitting them),
+// more workers than items. Outside varlen the result does not depend on the split at all.
+TEST_F(PagedGpu, AnyWorkerCountGivesTheSameLogits) {
+  PagedSpec s = base_spec(33);
+  s.next_n = 3;
+  s.lens_2d = true;
+  s.batch = 5;
+  std::vector<std::byte> first;
+  for (int workers : {1, 3, 7, 132, 400}) {
+    PagedCase c(s, {.workers = workers});
+    const auto gpu = c.gpu_logits();
+    if (workers == 1) {
+      gpu_test::expect_matches_cpu(c.workload(), gpu, c.cpu_logits());
+      first = gpu;
+    } else {
+      EXPECT_EQ(gpu, first) << workers << " workers";
+    }
+  }
+}
+
+TEST_F(PagedGpu, DeepSeekDecodeShape) {
+  PagedSpec s = base_spec(34);
+  s.batch = 16;
+  s.next_n = 2;
+  s.avg_context = 8192;
+  s.context_jitter = 0.3;
+  s.clean_logits = false;
+  run_and_compare(s);
+}
+
+TEST_F(PagedGpu, RepeatedCallsAreBitwiseIdentical) {
+  PagedSpec s = base_spec(35);
+  s.batch = 9;
+  s.next_n = 4;
+  s.lens_2d = true;
+  s.block_kv = 32;
+  PagedCase c(s, {});
+  const auto first = c.gpu_logits();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(c.gpu_logits(), first) << "call " << i;
+}
+
+// ---- device metadata ------------------------------------------------------------------------
+
+std::vector<std::int32_t> download_meta(const DeviceBuffer& buffer) {
+  const auto bytes = buffer.download();
+  std::vector<std::int32_t> meta(bytes.size() / sizeof(std::int32_t));
+  std::memcpy(meta.data(), bytes.data(), bytes.size());
+  return meta;
+}
+
+TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
+  std::mt19937 gen(36);
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::int64_t batch =
+        std::uniform_int_distribution<std::int64_t>(0, trial % 5 == 0 ? 5000 : 300)(gen);
+    const bool lens_2d = trial % 3 == 0;
+    const std::int64_t cols = lens_2d ? std::uniform_int_distribution<int>(1, 8)(gen) : 1;
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(batch * cols));
+    for (auto& len : lens) {
+      const int kind = std::uniform_int_distribution<int>(0, 9)(gen);
+      len = kind == 0   ? 0
+            : kind == 1 ? -3
+            : kind == 2 ? 200000
+                        : std::uniform_int_distribution<int>(1, 9000)(gen);
+    }
+    const int workers = std::uniform_int_distribution<int>(1, 300)(gen);
+    const auto rows = schedule_meta_rows(workers);
+    const TensorView host_lens =
+        lens_2d ? TensorView::contiguous(lens.data(), DType::kInt32, {batch, cols})
+                : TensorView::contiguous(lens.data(), DType::kInt32, {batch});
+    std::vector<std::int32_t> host(static_cast<std::size_t>(rows * 2), -7);
+    get_paged_mqa_logits_metadata(host_lens, 64, workers,
+                                  TensorView::contiguous(host.data(), DType::kInt32, {rows, 2}));
+
+    DeviceBuffer device_lens(std::max<std::size_t>(lens.size(), 1) * sizeof(std::int32_t));
+    if (!lens.empty()) {
+      gpu_test::check(cudaMemcpy(device_lens.data(), lens.data(),
+                                 lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+                      "cudaMemcpy lens");
+    }
+    TensorView dev_lens = host_lens;
+    dev_lens.data = device_lens.data();
+    dev_lens.device = kGpu;
+    DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
+    get_paged_mqa_logits_metadata(dev_lens, 64, workers,
+                                  meta_view(device_meta.data(), workers, kGpu));
+    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    ASSERT_EQ(download_meta(device_meta), host)
+        << "trial " << trial << " batch " << batch << " cols " << cols << " workers " << workers;
+  }
+}
+
+TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
+  const int saved = get_num_sms();
+  std::mt19937 gen(37);
+  for (int trial = 0; trial < 40; ++trial) {
+    const std::int64_t s =
+        std::uniform_int_distribution<std::int64_t>(0, trial % 4 == 0 ? 6000 : 700)(gen);
+    const std::int64_t t = std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
+    const int heads = 8 << std::uniform_int_distribution<int>(0, 3)(gen);
+    std::vector<std::int32_t> start(static_cast<std::size_t>(s)), end(static_cast<std::size_t>(s));
+    for (std::int64_t i = 0; i < s; ++i) {
+      start[i] =
+          std::uniform_int_distribution<std::int32_t>(-100, static_cast<std::int32_t>(t) + 50)(gen);
+      end[i] =
+          std::uniform_int_distribution<std::int32_t>(-50, static_cast<std::int32_t>(t) + 300)(gen);
+      if (trial % 2 == 0) {  // causal-like: growing windows
+        start[i] = 0;
+        end[i] = static_cast<std::int32_t>(std::max<std::int64_t>(0, t - s + i + 1));
+      }
+    }
+    const int workers = std::uniform_int_distribution<int>(1, std::min(saved, 132))(gen);
+    set_num_sms(workers);
+    const auto rows = schedule_meta_rows(workers);
+    std::vector<std::int32_t> host(static_cast<std::size_t>(rows * 2), -7);
+    get_mqa_logits_metadata(TensorView::contiguous(start.data(), DType::kInt32, {s}),
+                            TensorView::contiguous(end.data(), DType::kInt32, {s}), t, heads,
+                            TensorView::contiguous(host.data(), DType::kInt32, {rows, 2}));
+
+    const std::size_t bytes = std::max<std::size_t>(start.size(), 1) * sizeof(std::int32_t);
+    DeviceBuffer device_start(bytes), device_end(bytes);
+    if (s > 0) {
+      gpu_test::check(cudaMemcpy(device_start.data(), start.data(), s * 4, cudaMemcpyHostToDevice),
+                      "start");
+      gpu_test::check(cudaMemcpy(device_end.data(), end.data(), s * 4, cudaMemcpyHostToDevice),
+                      "end");
+    }
+    DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
+    get_mqa_logits_metadata(TensorView::contiguous(device_start.data(), DType::kInt32, {s}, kGpu),
+                            TensorView::contiguous(device_end.data(), DType::kInt32, {s}, kGpu), t,
+                            heads, meta_view(device_meta.data(), workers, kGpu));
+    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    set_num_sms(saved);
+    ASSERT_EQ(download_meta(device_meta), host) << "trial " << trial << " S " << s << " T " << t
+                                                << " H " << heads << " workers " << workers;
+  }
+}
+
+// ---- compact cases for compute-sanitizer (memcheck, racecheck, synccheck) ------------------
+
+// Every code path once, small: TMA and cp.async keys, block_kv 32 and 64, one and two MMA chunks,
+// varlen groups, invalid block ids, clean and unclean, bf16 output.
+TEST_F(PagedGpu, CompactForSanitizer) {
+  PagedSpec s = base_spec(40);
+  s.batch = 3;
+  s.avg_context = 300;
+  s.next_n = 6;
+  s.lens_2d = true;
+  s.block_kv = 32;
+  run_and_compare(s, {.invalid_every = 4, .workers = 4});
+  s.next_n = 1;
+  s.varlen_indices = true;
+  s.batch = 9;
+  s.block_kv = 64;
+  s.extra_block_stride_bytes = 4;
+  s.clean_logits = false;
+  s.weights_dtype = DType::kBFloat16;
+  s.logits_dtype = DType::kBFloat16;
+  run_and_compare(s, {.workers = 3});
+}
+
+}  // namespace
+}  // namespace mqa_logits
