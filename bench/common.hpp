@@ -69,5 +69,6 @@ struct BenchContext {
 };
 
 std::vector<Record> run_prefill_bench(const BenchContext& context);
+std::vector<Record> run_paged_bench(const BenchContext& context);
 
 }  // namespace mqa_logits::bench

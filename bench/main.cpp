@@ -1,8 +1,6 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
-//   mqa-logits-bench [--quick] [--json FILE]
-//
-// The prefill suite; decode joins once the CUDA backend has a decode kernel.
+//   mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -15,7 +13,7 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: mqa-logits-bench [--quick] [--json FILE]\n");
+  std::fprintf(stderr, "usage: mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]\n");
   return 2;
 }
 
@@ -23,11 +21,13 @@ int usage() {
 
 int main(int argc, char** argv) {
   using namespace mqa_logits::bench;
-  std::string json_path;
+  std::string suite = "all", json_path;
   BenchContext context;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--quick") {
+    if (arg == "prefill" || arg == "decode" || arg == "all") {
+      suite = arg;
+    } else if (arg == "--quick") {
       context.quick = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
@@ -45,7 +45,15 @@ int main(int argc, char** argv) {
     context.ceilings = measure_ceilings();
     std::printf("%s, %d SMs: copy %.2f TB/s, FP8 GEMM 8192^3 %.0f TFLOPS\n", props.name,
                 props.multiProcessorCount, context.ceilings.copy_tbps, context.ceilings.fp8_tflops);
-    const std::vector<Record> records = run_prefill_bench(context);
+    std::vector<Record> records;
+    if (suite != "decode") {
+      auto r = run_prefill_bench(context);
+      records.insert(records.end(), r.begin(), r.end());
+    }
+    if (suite != "prefill") {
+      auto r = run_paged_bench(context);
+      records.insert(records.end(), r.begin(), r.end());
+    }
     bool all_verified = true;
     for (const auto& r : records) all_verified = all_verified && std::get<bool>(r.at("verified"));
     if (!json_path.empty()) {

@@ -24,11 +24,6 @@ std::unique_ptr<Executor> select_executor(const Options& options) {
     return *options.device == mqa_logits::DeviceType::kCUDA ? make_cuda_executor()
                                                             : make_cpu_executor();
   }
-  // The CUDA backend runs prefill only in this release (decode calls on CUDA tensors are refused).
-  if (options.operation == Operation::kDecode && mqa_logits::cuda_backend_available()) {
-    std::printf("The CUDA backend has no decode kernel yet: running the CPU reference backend\n");
-    return make_cpu_executor();
-  }
   if (mqa_logits::cuda_backend_available()) return make_cuda_executor();
   std::printf("%s: running the CPU reference backend\n",
               kBuiltWithCuda ? "No GPU of compute capability 9.0 was found"

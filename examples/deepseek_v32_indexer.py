@@ -149,18 +149,12 @@ def main():
     options = parser.parse_args()
     device = torch.device(options.device)
     torch.manual_seed(0)
-    # The CUDA backend has no decode kernel in this release: the decode step runs on the CPU
-    # backend (CUDA tensors would be refused), with CPU-sized shapes.
-    cpu = torch.device("cpu")
-    if device.type == "cuda":
-        print("decode: no CUDA decode kernel in this release, running the step on the CPU backend")
     if options.small:
         prefill_chunk(device, prefix=448, chunk=64)
-        decode_step(cpu, batch=4, max_len=2500, next_n=2)
+        decode_step(device, batch=4, max_len=2500, next_n=2)
     else:
         prefill_chunk(device, prefix=6144, chunk=2048)
-        on_gpu = device.type == "cuda"
-        decode_step(cpu, batch=8 if on_gpu else 64, max_len=4096 if on_gpu else 16384, next_n=2)
+        decode_step(device, batch=64, max_len=16384, next_n=2)
 
 
 if __name__ == "__main__":

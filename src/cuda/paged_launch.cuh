@@ -87,7 +87,7 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   constexpr std::uint32_t kAlignmentSlack = 1024;
   const auto budget = static_cast<std::uint32_t>(smem_optin) - kAlignmentSlack;
   const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, budget);
-  if (params.smem.stages < 2) {
+  if (params.smem.stages < paged::kProducerWarps) {  // see paged_kernel.cuh, Pipeline
     throw CudaError("paged_logits_kernel: " + std::to_string(smem_optin) +
                     " bytes of shared memory per block are too few");
   }

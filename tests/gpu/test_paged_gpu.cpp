@@ -28,6 +28,21 @@ struct Variation {
   int workers = 0;        // metadata workers; 0: get_num_sms()
 };
 
+// The workload with every k-th used block-table entry made invalid (-5 or >= num_blocks), in
+// its own table too, so that the float64 oracle sees the table both backends see.
+PagedWorkload with_invalid_blocks(PagedWorkload w, int invalid_every) {
+  if (invalid_every == 0) return w;
+  auto* entries = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
+  const std::int64_t count = w.table_rows * w.max_blocks;
+  std::int64_t used = 0;
+  for (std::int64_t k = 0; k < count; ++k) {
+    if (entries[k] >= 0 && ++used % invalid_every == 0) {
+      entries[k] = (used / invalid_every) % 2 == 0 ? -5 : static_cast<std::int32_t>(w.num_blocks + 3);
+    }
+  }
+  return w;
+}
+
 // The block table of a case as int32 [table_rows, stride].
 struct Table {
   std::vector<std::int32_t> entries;
@@ -39,15 +54,8 @@ Table make_table(const PagedWorkload& w, const Variation& v) {
   t.stride = w.max_blocks + v.extra_table_stride;
   t.entries.assign(static_cast<std::size_t>(w.table_rows * t.stride), -1);
   const auto source = w.block_table();
-  std::int64_t used = 0;
   for (std::int64_t row = 0; row < w.table_rows; ++row) {
-    for (std::int64_t k = 0; k < w.max_blocks; ++k) {
-      std::int32_t id = source[row * w.max_blocks + k];
-      if (v.invalid_every > 0 && id >= 0 && ++used % v.invalid_every == 0) {
-        id = (used / v.invalid_every) % 2 == 0 ? -5 : static_cast<std::int32_t>(w.num_blocks + 3);
-      }
-      t.entries[row * t.stride + k] = id;
-    }
+    std::copy_n(source.begin() + row * w.max_blocks, w.max_blocks, t.entries.begin() + row * t.stride);
   }
   return t;
 }
@@ -67,7 +75,7 @@ TensorView meta_view(void* data, int workers, Device device) {
 class PagedCase {
  public:
   PagedCase(const PagedSpec& spec, const Variation& variation)
-      : workload_(support::make_paged_workload(spec)),
+      : workload_(with_invalid_blocks(support::make_paged_workload(spec), variation.invalid_every)),
         variation_(variation),
         workers_(variation.workers > 0 ? variation.workers : get_num_sms()),
         table_(make_table(workload_, variation)),

@@ -14,17 +14,22 @@
 // even, so that a stage always serves the same math warpgroup (tiles alternate between them): a
 // parity wait cannot tell phase k from phase k - 2, so only the warpgroup that saw phase k - 1
 // of a stage complete may wait for its phase k (with an odd count, a TMA tile landing early
-// would let a warpgroup take the other's unfinished phase for its own).
+// would let a warpgroup take the other's unfinished phase for its own). The producer of a tile
+// waits for the stage's previous tile to be consumed; having loaded its own tile four back, which
+// the same math warpgroup consumed later than that one's predecessor on the stage (at least four
+// stages), it cannot see a phase two behind either.
 //
 // Warp roles (384 threads, three warpgroups):
-//   warpgroup 0, warp 0   producer: walks the segment, reads block ids 32 at a time (the next
-//                         32 already in flight), issues the TMA loads (or, for block strides TMA
-//                         cannot express, 4-byte cp.async with the same swizzle) of q / weights per
-//                         group and keys per tile.
-//   warpgroup 0, warps 1-3 warp 1 first prefetches into L2 what the producer reads per group
-//                         (block-table entries, q, weights); then all three clean
-//                         (clean_logits): -inf over every row's columns from its length rounded
-//                         up to a tile to max_context_len, spread over all CTAs.
+//   warpgroup 0           producers: each warp walks the segment and loads every fourth key tile
+//                         (a single warp's per-tile bookkeeping, ~170 dependent instructions,
+//                         cannot issue a tile as fast as HBM delivers them), reading block ids 32
+//                         at a time (the next 32 already in flight) and issuing the TMA loads (or,
+//                         for block strides TMA cannot express, 4-byte cp.async with the same
+//                         swizzle); warp 0 also loads q / weights per group, warp 1 first
+//                         prefetches into L2 what the producers read per group (block-table
+//                         entries, q, weights). Then all four clean (clean_logits): -inf over
+//                         every row's columns from its length rounded up to a tile to
+//                         max_context_len, spread over all CTAs.
 //   warpgroups 1 and 2    math, ping-pong: tiles alternate between them, so one warpgroup's
 //                         epilogue (paged_epilogue.cuh: relu, weight, head sum in registers then
 //                         across the 4 lanes of a quad, key scale, store) overlaps the other's
@@ -198,7 +203,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
                                           BlockIdWindow& block_ids, int tile,
                                           const RuntimeRingPosition& ring, int lane) {
   const int bk = p.block_kv;
-  const int blocks_per_tile = kTileKeys / bk;
+  const int blocks_per_tile = bk == kTileKeys ? 1 : 2;  // block_kv is 64 or 32
   int ids[2] = {-1, -1};
   std::uint32_t mask = 0;
 #pragma unroll
@@ -226,28 +231,30 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
     }
   } else {
     copy_tile_async<D>(p, s, stage, ids, mask, lane);
-    __syncwarp();
-    if (lane == 0) {
-      *s.info(stage) = mask;
-      full->arrive();
-    }
+    if (lane == 0) *s.info(stage) = mask;
+    full->arrive();  // every lane: an arrival releases only its own thread's writes
   }
 }
 
 template <int D, int H, int kMmaRows, bool kTma>
-__device__ void produce(const PagedParams& p, const SharedState& s) {
+__device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   RuntimeRingPosition ring;
   RingPosition<kQSlots> q_ring;
+  int tile_count = 0;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    const int blocks_per_tile = kTileKeys / p.block_kv;
+    const int blocks_per_tile = p.block_kv == kTileKeys ? 1 : 2;
     BlockIdWindow block_ids(g.table, ceil_div_int(g.key_limit, p.block_kv),
                             g.tile_lo() * blocks_per_tile, lane);
-    s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
-    if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
+    if (producer == 0) {
+      s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
+      if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
+    }
     for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
       if (!g.tile_needed(tile)) continue;
-      load_tile<D, kTma>(p, s, g.key_limit, block_ids, tile, ring, lane);
+      if (tile_count++ % kProducerWarps == producer) {
+        load_tile<D, kTma>(p, s, g.key_limit, block_ids, tile, ring, lane);
+      }
       ring.advance(p.smem.stages);
     }
     q_ring.advance();
@@ -256,11 +263,11 @@ __device__ void produce(const PagedParams& p, const SharedState& s) {
 
 // The producer loop is compiled once per key path, so that each copy carries only its own state.
 template <int D, int H, int kMmaRows>
-__device__ void run_producer(const PagedParams& p, const SharedState& s) {
+__device__ void run_producer(const PagedParams& p, const SharedState& s, int producer) {
   if (p.kv_tma) {
-    produce<D, H, kMmaRows, true>(p, s);
+    produce<D, H, kMmaRows, true>(p, s, producer);
   } else {
-    produce<D, H, kMmaRows, false>(p, s);
+    produce<D, H, kMmaRows, false>(p, s, producer);
   }
 }
 
@@ -273,7 +280,7 @@ template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = 128;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    const int blocks_per_tile = kTileKeys / p.block_kv;
+    const int blocks_per_tile = p.block_kv == kTileKeys ? 1 : 2;
     const int first = g.tile_lo() * blocks_per_tile;
     const int last = min_int(g.tile_hi() * blocks_per_tile, ceil_div_int(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / 4;
@@ -353,8 +360,7 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
   wgmma_wait<0>();
   fence_accumulators(acc);
   if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
-    __syncwarp();
-    if (lane == 0) s.empty(stage)->arrive();
+    s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
   }
   chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane);
 }
@@ -423,8 +429,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
       ++tile_count;
       ring.advance(p.smem.stages);
     }
-    __syncwarp();
-    if (lane == 0) s.q_empty(q_ring.stage)->arrive();
+    s.q_empty(q_ring.stage)->arrive();
     q_ring.advance();
   });
 }
@@ -443,12 +448,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < params.smem.stages; ++stage) {
-      s.full(stage)->init(1);
-      s.empty(stage)->init(kWarpsPerWarpgroup);
+      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
+      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
     }
     for (int slot = 0; slot < kQSlots; ++slot) {
       s.q_full(slot)->init(1);
-      s.q_empty(slot)->init(kMathWarpgroups * kWarpsPerWarpgroup);
+      s.q_empty(slot)->init(kMathWarpgroups * 128);
     }
     fence_barrier_init();
     prefetch_tensor_map(&params.q_map);
@@ -463,12 +468,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     lower_register_budget<kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32);
-    if (warp == 0) {
-      run_producer<D, H, kMmaRows>(params, s);
-    } else {
-      if (warp == 1) prefetch_segment<H, kMmaRows>(params, D, static_cast<int>(threadIdx.x % 32));
-      run_cleaner(params, warp - 1);
-    }
+    if (warp == 1) prefetch_segment<H, kMmaRows>(params, D, static_cast<int>(threadIdx.x % 32));
+    run_producer<D, H, kMmaRows>(params, s, warp);
+    run_cleaner(params, warp);
   } else {
     raise_register_budget<kMathRegisters>();
     run_math<D, H, kMmaRows>(params, s, warpgroup - 1);

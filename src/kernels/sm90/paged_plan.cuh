@@ -36,7 +36,10 @@ inline constexpr int kScaleBytes = 4;
 inline constexpr int kWarpsPerWarpgroup = 4;
 inline constexpr int kMathWarpgroups = 2;
 inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);
-inline constexpr int kCleanerWarps = kWarpsPerWarpgroup - 1;  // producer warpgroup, warps 1..3
+// The producer warpgroup: its warps split the key tiles (tile k by warp k % kProducerWarps), then
+// clean.
+inline constexpr int kProducerWarps = kWarpsPerWarpgroup;
+inline constexpr int kCleanerWarps = kWarpsPerWarpgroup;
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
 static_assert(kMaxStages % kMathWarpgroups == 0);
 

@@ -1,0 +1,164 @@
+// Decode benchmark: the shapes of the performance bar (H 64, D 128, contexts uniform in
+// [0.7, 1.3] x avg, random block tables), each checked against the float64 oracle on sampled rows
+// before it is reported. Per shape: the kernel's median time, its bandwidth, the floor
+// max(FLOPs / FP8 GEMM ceiling, bytes / copy ceiling) with both ceilings measured in this run,
+// the percentage of that floor reached, and the schedule-metadata kernel's time on its own.
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "common.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "support/reference.hpp"
+
+namespace mqa_logits::bench {
+namespace {
+
+struct Shape {
+  std::int64_t batch, next_n, avg_context;
+  int block_kv;
+};
+
+// Work and traffic as the SPEC counts them: every key of a sequence read once (its rows share
+// the load), queries, weights, lengths and the block-table entries used read once, and every
+// output element written (the whole row when clean).
+struct Traffic {
+  double pairs = 0;
+  double bytes = 0;
+};
+
+Traffic traffic(const support::PagedWorkload& w) {
+  const auto& spec = w.spec;
+  const std::int64_t rows_per_sequence = spec.next_n;
+  const double out_bytes = static_cast<double>(dtype_size(spec.logits_dtype));
+  Traffic t;
+  for (std::int64_t b = 0; b < spec.batch; ++b) {
+    std::int64_t keys = 0;
+    for (std::int64_t r = b * rows_per_sequence; r < (b + 1) * rows_per_sequence; ++r) {
+      const std::int64_t len = std::clamp<std::int64_t>(w.context_length(r), 0, w.max_context_len);
+      keys = std::max(keys, len);
+      t.pairs += static_cast<double>(len);
+    }
+    t.bytes += static_cast<double>(keys) * static_cast<double>(w.token_bytes + 4);
+    t.bytes += 4.0 * static_cast<double>((keys + spec.block_kv - 1) / spec.block_kv);
+  }
+  t.bytes +=
+      static_cast<double>(w.num_rows * spec.num_heads) *
+      (static_cast<double>(w.token_bytes) + static_cast<double>(dtype_size(spec.weights_dtype)));
+  t.bytes += 4.0 * static_cast<double>(w.context_lens().size());
+  t.bytes += spec.clean_logits ? static_cast<double>(w.num_rows * w.max_context_len) * out_bytes
+                               : t.pairs * out_bytes;
+  return t;
+}
+
+Record bench_shape(const BenchContext& context, const Shape& shape) {
+  support::PagedSpec spec;
+  spec.batch = shape.batch;
+  spec.next_n = shape.next_n;
+  spec.num_heads = 64;
+  spec.head_dim = 128;
+  spec.block_kv = shape.block_kv;
+  spec.avg_context = shape.avg_context;
+  spec.context_jitter = 0.3;
+  spec.seed = 7;
+  const auto workload = support::make_paged_workload(spec);
+  const DeviceArena arena(workload.buffers, workload.logits_bytes());
+  const Device gpu{DeviceType::kCUDA, 0};
+  const auto in = workload.inputs(arena.pointers(), gpu);
+
+  const int workers = get_num_sms();
+  const auto rows = schedule_meta_rows(workers);
+  std::int32_t* meta = nullptr;
+  check(cudaMalloc(&meta, rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
+  const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {rows, 2}, gpu);
+  auto metadata = [&](cudaStream_t stream) {
+    get_paged_mqa_logits_metadata(in.context_lens, spec.block_kv, workers, meta_view,
+                                  in.options.indices, stream);
+  };
+  const TensorView logits = workload.logits_view(arena.logits(), gpu);
+  auto call = [&](cudaStream_t stream) {
+    auto options = in.options;
+    options.stream = stream;
+    paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta_view,
+                     workload.max_context_len, logits, options);
+  };
+
+  metadata(nullptr);
+  check(cudaMemset(arena.logits(), 0xff, workload.logits_bytes()), "poison logits");
+  call(nullptr);
+  check(cudaDeviceSynchronize(), "decode call");
+  const auto host = arena.download_logits();
+  const auto sample = support::sample_rows(workload.num_rows, context.quick ? 4 : 8, 3);
+  const auto verdict =
+      support::verify_rows(workload, host.data(), sample, support::Operands::kQuantized);
+  const Timing t = time_graph(call, 5, context.quick ? 10 : 40);
+  const Timing meta_time = time_graph(metadata, 5, context.quick ? 10 : 40);
+  cudaFree(meta);
+
+  const Traffic work = traffic(workload);
+  const double flops = 2.0 * static_cast<double>(spec.num_heads * spec.head_dim) * work.pairs;
+  const double compute_floor_us = flops / (context.ceilings.fp8_tflops * 1e12) * 1e6;
+  const double memory_floor_us = work.bytes / (context.ceilings.copy_tbps * 1e12) * 1e6;
+  const double floor_us = std::max(compute_floor_us, memory_floor_us);
+  return Record()
+      .set("op", std::string("decode"))
+      .set("B", spec.batch)
+      .set("N", spec.next_n)
+      .set("avg_context", spec.avg_context)
+      .set("block_kv", static_cast<std::int64_t>(spec.block_kv))
+      .set("H", spec.num_heads)
+      .set("D", spec.head_dim)
+      .set("median_us", t.median_us)
+      .set("p10_us", t.p10_us)
+      .set("p90_us", t.p90_us)
+      .set("tbps", work.bytes / (t.median_us * 1e-6) / 1e12)
+      .set("tflops", flops / (t.median_us * 1e-6) / 1e12)
+      .set("floor_us", floor_us)
+      .set("floor_bound", std::string(compute_floor_us > memory_floor_us ? "fp8" : "memory"))
+      .set("pct_floor", 100.0 * floor_us / t.median_us)
+      .set("metadata_us", meta_time.median_us)
+      .set("verified", verdict.ok)
+      .set("oracle_diff", verdict.diff);
+}
+
+}  // namespace
+
+std::vector<Record> run_paged_bench(const BenchContext& context) {
+  std::vector<Shape> shapes = {{64, 1, 32768, 64}, {64, 2, 32768, 64},  {64, 4, 32768, 64},
+                               {256, 1, 8192, 64}, {256, 2, 65536, 64}, {128, 4, 65536, 64},
+                               {1, 1, 131072, 64}, {512, 1, 4096, 64},  {64, 1, 32768, 32},
+                               {64, 2, 32768, 32}};
+  if (context.quick) {
+    shapes = {{64, 1, 32768, 64}, {64, 4, 32768, 64}, {1, 1, 131072, 64}, {64, 2, 32768, 32}};
+  }
+  std::vector<Record> records;
+  std::printf("%-22s %9s %8s %9s %7s %8s %9s %s\n", "decode B/N/avg/bk", "us", "TB/s", "floor us",
+              "%floor", "bound", "meta us", "check");
+  for (const Shape& shape : shapes) {
+    const std::string name = std::to_string(shape.batch) + "/" + std::to_string(shape.next_n) +
+                             "/" + std::to_string(shape.avg_context) + "/" +
+                             std::to_string(shape.block_kv);
+    try {
+      const Record r = bench_shape(context, shape);
+      records.push_back(r);
+      std::printf("%-22s %9.1f %8.2f %9.1f %6.1f%% %8s %9.2f %s\n", name.c_str(),
+                  std::get<double>(r.at("median_us")), std::get<double>(r.at("tbps")),
+                  std::get<double>(r.at("floor_us")), std::get<double>(r.at("pct_floor")),
+                  std::get<std::string>(r.at("floor_bound")).c_str(),
+                  std::get<double>(r.at("metadata_us")),
+                  std::get<bool>(r.at("verified")) ? "ok" : "FAILED");
+    } catch (const std::exception& e) {
+      records.push_back(Record()
+                            .set("op", std::string("decode"))
+                            .set("shape", name)
+                            .set("verified", false)
+                            .set("error", std::string(e.what())));
+      std::printf("%-22s ERROR: %s\n", name.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  }
+  return records;
+}
+
+}  // namespace mqa_logits::bench
