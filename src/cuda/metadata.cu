@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_backend.hpp"
-#include "cuda/cuda_check.hpp"
+#include "cuda/dispatch.hpp"
 #include "kernels/metadata_kernel.cuh"
 #include "schedule.hpp"
 
@@ -12,19 +12,9 @@ namespace {
 template <typename Units>
 void launch_metadata(const Units& units, int workers, std::int32_t* out, cudaStream_t stream) {
   namespace mk = metadata_kernels;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(mk::kMetadataThreads);
-  config.stream = stream;
   // Programmatic dependent launch on both sides: see metadata_kernel.cuh.
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, &mk::schedule_metadata_kernel<Units>, units, workers, out),
-             "schedule_metadata_kernel launch");
-  check_cuda(cudaGetLastError(), "schedule_metadata_kernel launch");
+  launch_programmatic(&mk::schedule_metadata_kernel<Units>, dim3(1), dim3(mk::kMetadataThreads), 0,
+                      stream, "schedule_metadata_kernel launch", units, workers, out);
 }
 
 }  // namespace

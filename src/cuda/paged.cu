@@ -4,6 +4,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
+#include "cuda/dispatch.hpp"
 #include "kernels/sm90/paged_plan.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"
@@ -43,19 +44,6 @@ void dispatch_group(const PagedProblem& problem, cudaStream_t stream) {
                                      std::make_integer_sequence<int, paged::kMaxGroupRows>{});
 }
 
-template <int kHeadDim>
-void dispatch_heads(const PagedProblem& problem, cudaStream_t stream) {
-  switch (problem.num_heads) {
-    case 8: return dispatch_group<kHeadDim, 8>(problem, stream);
-    case 16: return dispatch_group<kHeadDim, 16>(problem, stream);
-    case 32: return dispatch_group<kHeadDim, 32>(problem, stream);
-    case 64: return dispatch_group<kHeadDim, 64>(problem, stream);
-    default: break;
-  }
-  throw InvalidArgument("q",
-                        "expected 8, 16, 32 or 64 heads, got " + std::to_string(problem.num_heads));
-}
-
 }  // namespace
 
 void run_paged(const PagedProblem& problem, cudaStream_t stream) {
@@ -70,14 +58,9 @@ void run_paged(const PagedProblem& problem, cudaStream_t stream) {
   // Nothing to write: no rows, or no columns.
   if (problem.batch == 0 || problem.max_context_len == 0) return;
   const DeviceGuard guard(problem.device.index);
-  switch (problem.head_dim) {
-    case 32: return dispatch_heads<32>(problem, stream);
-    case 64: return dispatch_heads<64>(problem, stream);
-    case 128: return dispatch_heads<128>(problem, stream);
-    default: break;
-  }
-  throw InvalidArgument("q",
-                        "expected head dim 32, 64 or 128, got " + std::to_string(problem.head_dim));
+  with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
+    dispatch_group<decltype(dim)::value, decltype(heads)::value>(problem, stream);
+  });
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dispatch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/paged_kernel.cuh"
 #include "mqa_logits/errors.hpp"
@@ -97,20 +98,10 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
              "cudaFuncSetAttribute(paged_logits_kernel)");
 
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(problem.schedule_workers));
-  config.blockDim = dim3(paged::kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  config.stream = stream;
-  // Programmatic dependent launch: the prologue (barrier setup) overlaps the previous kernel,
-  // typically the metadata; the kernel waits for it before touching global memory.
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "paged_logits_kernel launch");
-  check_cuda(cudaGetLastError(), "paged_logits_kernel launch");
+  // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
+  launch_programmatic(kernel, dim3(static_cast<unsigned>(problem.schedule_workers)),
+                      dim3(paged::kThreads), static_cast<std::size_t>(smem_bytes), stream,
+                      "paged_logits_kernel launch", params);
 }
 
 }  // namespace mqa_logits::cuda_backend

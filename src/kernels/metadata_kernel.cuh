@@ -3,13 +3,14 @@
 // a "units" policy: a unit is a prefill query block or a decode sequence (varlen: row), and each
 // unit is one group of paged_group_items / prefill_block_items work items.
 //
-// One CTA of kMetadataThreads threads: thread i counts the items of a contiguous run of units, a
-// block-wide exclusive scan gives every run its first item, and each thread writes the rows of
-// the workers whose segments start inside its run (segment starts come from segment_begin and are
-// found by binary search over the split). Workers whose segments start at the end of the list (more
-// workers than items) and the final row get (number of units, 0). Every output row is written by
-// exactly one thread; the cost is one pass over the inputs, a scan and O(workers) writes: a few
-// microseconds, dominated by launch latency.
+// One CTA of kMetadataThreads threads: thread i counts the items of a contiguous run of units and
+// a block-wide exclusive scan gives every run its first item. Then thread i writes the rows of
+// workers i, i + kMetadataThreads, ...: it finds the run holding the worker's first item by
+// binary search over the runs' first items (every unit has at least one item, so non-empty runs
+// start at increasing items) and walks that run's units to the one holding it. Workers whose
+// segments start at the end of the list (more workers than items) and the final row get (number
+// of units, 0). The cost is one pass over the inputs, a scan and O(workers / threads) work per
+// thread, whatever the batch: a few microseconds, dominated by launch latency.
 //
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
 // (which may have produced its inputs) and immediately lets the next one (the logits kernel,
@@ -66,27 +67,12 @@ struct PagedUnits {
   }
 };
 
-// The first worker k in [0, workers] whose segment starts at or after item `pos`.
-__device__ inline int first_worker_at(const schedule::SegmentSplit& split, int workers,
-                                      std::int64_t pos) {
-  int lo = 0;
-  int hi = workers;  // split.begin(workers) is the item count, >= pos
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (split.begin(mid) >= pos) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
-}
-
 template <typename Units>
 __global__ void __launch_bounds__(kMetadataThreads)
     schedule_metadata_kernel(const Units units, int workers, std::int32_t* out) {
   using Scan = cub::BlockScan<std::int64_t, kMetadataThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
+  __shared__ std::int64_t run_first_item[kMetadataThreads];
 
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
@@ -102,20 +88,36 @@ __global__ void __launch_bounds__(kMetadataThreads)
   std::int64_t total = 0;
   Scan(scan_storage).ExclusiveSum(my_items, first_item, total);
 
+  run_first_item[threadIdx.x] = first_item;
+  __syncthreads();
+
   const schedule::SegmentSplit split(total, workers);
-  for (std::int64_t unit = begin; unit < end; ++unit) {
-    const std::int64_t items = units.items(unit);
-    for (int k = first_worker_at(split, workers, first_item);
-         k < workers && split.begin(k) < first_item + items; ++k) {
-      out[k * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
-      out[k * schedule::kMetaCols + 1] = static_cast<std::int32_t>(split.begin(k) - first_item);
+  for (int k = static_cast<int>(threadIdx.x); k <= workers; k += kMetadataThreads) {
+    const std::int64_t pos = split.begin(k);
+    std::int64_t unit = count;
+    std::int64_t offset = 0;
+    if (pos < total) {
+      int lo = 0;  // the last run whose first item is <= pos
+      int hi = kMetadataThreads - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (run_first_item[mid] <= pos) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      unit = lo * per_thread;
+      std::int64_t unit_first = run_first_item[lo];
+      for (std::int64_t items = units.items(unit); unit_first + items <= pos;
+           items = units.items(unit)) {
+        unit_first += items;
+        ++unit;
+      }
+      offset = pos - unit_first;
     }
-    first_item += items;
-  }
-  for (int k = first_worker_at(split, workers, total) + static_cast<int>(threadIdx.x); k <= workers;
-       k += kMetadataThreads) {
-    out[k * schedule::kMetaCols] = static_cast<std::int32_t>(count);
-    out[k * schedule::kMetaCols + 1] = 0;
+    out[k * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
+    out[k * schedule::kMetaCols + 1] = static_cast<std::int32_t>(offset);
   }
 }
 

@@ -140,6 +140,19 @@ def test_work_runs_on_the_current_stream(rng):
     assert_bitwise_equal(result, expected)
 
 
+def capture(step):
+    """A CUDA graph of step() (run once on a side stream first, as torch requires) and its output."""
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        step()
+    torch.cuda.current_stream().wait_stream(warmup)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    return graph, captured
+
+
 def test_cuda_graph_capture_and_replay(rng):
     """Metadata and logits captured in one graph follow in-place updates of the inputs."""
     first = make_paged(rng, "fp8", 8, 2, 64, 128, 64, 2000)
@@ -152,14 +165,7 @@ def test_cuda_graph_capture_and_replay(rng):
         return mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, clean_logits=True,
                                                    **static)
 
-    warmup = torch.cuda.Stream()
-    warmup.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warmup):
-        step()
-    torch.cuda.current_stream().wait_stream(warmup)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
 
     for case in (first, second):
         fresh = case.api_args("torch", "cuda")
@@ -180,14 +186,7 @@ def test_prefill_cuda_graph_capture(rng):
         return mqa_logits.fp8_fp4_mqa_logits(schedule_meta=meta, **static)
 
     expected = step()
-    warmup = torch.cuda.Stream()
-    warmup.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warmup):
-        step()
-    torch.cuda.current_stream().wait_stream(warmup)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(captured, expected)

@@ -379,7 +379,7 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   scales.first = s.scales(stage)[key0];
   scales.second = s.scales(stage)[key0 + 8];
   // key0 and key0 + 8 lie in the same block (block_kv >= 32).
-  scales.in_block = ((loaded >> (key0 / p.block_kv)) & 1) != 0;
+  scales.in_block = ((loaded >> (key0 >= p.block_kv ? 1 : 0)) & 1) != 0;  // key0 < 64 = kTileKeys
   compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
     compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);

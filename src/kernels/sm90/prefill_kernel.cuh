@@ -358,8 +358,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       const int stage = kv.stage;
       kv_full[stage].wait(kv.phase);
       kv.advance();
-      wgmma_tile_e4m3<kHeadDim>(acc, kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim,
-                                q_group);
+      const std::uint8_t* keys = kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
+      wgmma_tile_e4m3_n<T::kGroupN, kHeadDim>(acc, keys, q_group);
       wgmma_wait<0>();
       fence_accumulators(acc);
 

@@ -111,51 +111,6 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-// D[64 x 128] (+)= A[64 x 32] * B[128 x 32]^T, e4m3 x e4m3 -> f32, both K-major in shared memory.
-// Thread layout of D (per warp w of the warpgroup, lane l): d[4j + 2r + c] is row 16w + l/4 + 8r,
-// column 8j + 2(l % 4) + c.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], std::uint64_t desc_a,
-                                                      std::uint64_t desc_b, bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),
-        "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-        "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),
-        "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-}
-
-// The full K = RowBytes product of one K-major A tile (64 rows) and B tile (128 rows), issued as
-// RowBytes / 32 wgmma steps into `d` (overwritten), then committed as one group. The caller waits
-// for the group (wgmma_wait) and fences `d` (fence_accumulators) before reading it; touching `d`
-// earlier would make the compiler serialize the wgmma pipeline.
-template <int RowBytes>
-__device__ __forceinline__ void wgmma_tile_e4m3(float (&d)[64], const void* a_tile,
-                                                const void* b_tile) {
-  const std::uint64_t desc_a = kmajor_descriptor<RowBytes>(a_tile);
-  const std::uint64_t desc_b = kmajor_descriptor<RowBytes>(b_tile);
-  fence_accumulators(d);
-  wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < RowBytes / 32; ++k) {
-    wgmma_m64n128k32_e4m3(d, advance_descriptor(desc_a, 32 * k), advance_descriptor(desc_b, 32 * k),
-                          k > 0);
-  }
-  wgmma_commit();
-}
 
 
 // ---- further building blocks (decode kernel) -------------------------------------------------
@@ -228,7 +183,8 @@ __device__ __forceinline__ void define_registers(float (&r)[N]) {
 
 // D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, e4m3 x e4m3 -> f32, both K-major in shared memory, for
 // N in {64, 128, 192, 256}; `d` may be longer than the N / 2 registers the instruction writes.
-// Same thread layout of D as wgmma_m64n128k32_e4m3.
+// Thread layout of D (per warp w of the warpgroup, lane l): d[4j + 2r + c] is row 16w + l/4 + 8r,
+// column 8j + 2(l % 4) + c.
 //
 // An inline-asm operand list is not a context where a template parameter pack can expand, so the
 // accumulator operands are spelled by macros, 16 at a time. The descriptors and the accumulate
@@ -298,8 +254,9 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
 #undef MQA_SM90_ACC_PLACEHOLDERS_7
 
 // The full K = RowBytes product of one K-major A tile (64 rows) and B tile (N rows) into the
-// first N / 2 registers of `d` (overwritten), committed as one group. As for wgmma_tile_e4m3, the
-// caller waits for the group and fences `d` before reading it.
+// first N / 2 registers of `d` (overwritten), committed as one group. The caller waits for the
+// group (wgmma_wait) and fences `d` (fence_accumulators) before reading it; touching `d` earlier
+// would make the compiler serialize the wgmma pipeline.
 template <int N, int RowBytes, int Size>
 __device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], const void* a_tile,
                                                   const void* b_tile) {
