@@ -10,16 +10,16 @@
 // D 128), each a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
 // q_empty), so the next group's queries load while the current group finishes. A tile's key
 // scales land in the stage beside it; a per-stage word says which blocks were loaded (block ids
-// outside [0, num_blocks) are never read: their keys are outside the window). The stage count is
-// even, so that a stage always serves the same math warpgroup (tiles alternate between them): a
-// parity wait cannot tell phase k from phase k - 2, so only the warpgroup that saw phase k - 1
-// of a stage complete may wait for its phase k (with an odd count, a TMA tile landing early
-// would let a warpgroup take the other's unfinished phase for its own). The producer of a tile
-// waits for the stage's previous tile to be consumed; having loaded its own tile four back, which
-// the same math warpgroup consumed later than that one's predecessor on the stage (at least four
-// stages), it cannot see a phase two behind either.
+// outside [0, num_blocks) are never read: their keys are outside the window). Tiles go
+// round-robin to the math warpgroups and the stage count is a multiple of their number, so that a
+// stage always serves the same math warpgroup: a parity wait cannot tell phase k from phase
+// k - 2, so only the warpgroup that saw phase k - 1 of a stage complete may wait for its phase k
+// (otherwise a TMA tile landing early would let a warpgroup take another's unfinished phase for
+// its own). The producer of a tile waits for the stage's previous tile to be consumed; having
+// loaded its own tile four back, which the same math warpgroup consumed later than that one's
+// predecessor on the stage (at least four stages), it cannot see a phase two behind either.
 //
-// Warp roles (384 threads, three warpgroups):
+// Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers: each warp walks the segment and loads every fourth key tile
 //                         (a single warp's per-tile bookkeeping, ~170 dependent instructions,
 //                         cannot issue a tile as fast as HBM delivers them), reading block ids 32
@@ -30,20 +30,21 @@
 //                         entries, q, weights). Then all four clean (clean_logits): -inf over
 //                         every row's columns from its length rounded up to a tile to
 //                         max_context_len, spread over all CTAs.
-//   warpgroups 1 and 2    math, ping-pong: tiles alternate between them, so one warpgroup's
-//                         epilogue (paged_epilogue.cuh: relu, weight, head sum in registers then
-//                         across the 4 lanes of a quad, key scale, store) overlaps the other's
-//                         wgmma.
-// Registers: the CTA owns what __launch_bounds__(384, 1) gives it, 168 per thread (64512, not
-// 64K); setmaxnreg only moves registers between its warps, and an increase the pool cannot
-// cover blocks forever. So warpgroup 0 drops to 56 and the math warpgroups rise to 224
-// (128 x 56 + 256 x 224 = 384 x 168); a math thread holds up to 128 fp32 accumulators, and below
-// 224 ptxas serializes the wgmma pipeline of the two-chunk instances. Each instance is compiled for
-// groups of up to kMmaRows rows, so its wgmma shapes are constants (a shape picked at run time
-// serializes the pipeline too).
+//   math warpgroups       four where a group's columns fit one 128-wide chunk (math_warpgroups),
+//                         else two; tile t goes to math warpgroup t % count, so the others' MMAs
+//                         run while one warpgroup's epilogue (paged_epilogue.cuh: relu, weight,
+//                         head sum in registers then across the 4 lanes of a quad, key scale,
+//                         store) runs.
+// Registers: the CTA owns what __launch_bounds__ gives it (64K over the threads in steps of 8:
+// 168 a thread with two math warpgroups, 96 with four); setmaxnreg only moves registers between
+// its warps, and an increase the pool cannot cover blocks forever. So warpgroup 0 drops to 56 and
+// the math warpgroups rise to 224 (two: up to 128 fp32 accumulators a thread, and below 224 ptxas
+// serializes the wgmma pipeline of the two-chunk instances) or 104 (four: at most 64). Each
+// instance is compiled for groups of up to kMmaRows rows, so its wgmma shapes are constants (a
+// shape picked at run time serializes the pipeline too).
 //
-// Shared memory (make_smem_layout): 2 x (q slot + weight slot) + 2 fp32 weight copies (one per
-// math warpgroup) + stages x (64 x D key bytes + 256 bytes of scales + 4) + barriers, filling the
+// Shared memory (make_smem_layout): 2 x (q slot + weight slot) + one fp32 weight copy per math
+// warpgroup + stages x (64 x D key bytes + 256 bytes of scales + 4) + barriers, filling the
 // opt-in maximum (227 KB on H100 / H200).
 //
 // Coverage: (row, tile) pairs are owned by exactly one worker; the owner writes every column of
@@ -65,11 +66,18 @@
 
 namespace mqa_logits::sm90::paged {
 
+// Register budgets (setmaxnreg moves registers only within the CTA's pool: the threads times the
+// registers the kernel is launched with, 64K over the threads in steps of 8).
 inline constexpr int kProducerRegisters = 56;
-inline constexpr int kMathRegisters = 224;
-// Registers per thread the kernel is launched with: 64K over kThreads, in steps of 8.
-inline constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-static_assert(128 * kProducerRegisters + 256 * kMathRegisters <= kThreads * kLaunchRegisters,
+__host__ __device__ constexpr int math_registers(int math_warpgroups) {
+  return math_warpgroups == 4 ? 104 : 224;  // below 224 the two-chunk instances serialize wgmma
+}
+__host__ __device__ constexpr bool registers_fit(int math_warpgroups) {
+  const int threads = 128 * (1 + math_warpgroups);
+  return 128 * kProducerRegisters + 128 * math_warpgroups * math_registers(math_warpgroups) <=
+         threads * (65536 / threads / 8 * 8);
+}
+static_assert(registers_fit(2) && registers_fit(4),
               "setmaxnreg.inc would wait forever for registers the CTA does not own");
 
 // ---- shared state ---------------------------------------------------------------------------
@@ -393,7 +401,7 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
 template <int H>
 __device__ void copy_weights_fp32(const PagedParams& p, const SharedState& s, int rows, int slot,
                                   float* out, int math_warpgroup) {
-  const int barrier = 1 + math_warpgroup;  // named barriers 1 and 2
+  const int barrier = 1 + math_warpgroup;  // named barriers 1 to 4
   const int thread = static_cast<int>(threadIdx.x % 128);
   named_barrier_sync(barrier, 128);
   const std::uint8_t* in = s.weight_slot(slot);
@@ -422,7 +430,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
     for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
       if (!g.tile_needed(tile)) continue;
-      if ((tile_count & 1) == math_warpgroup) {
+      if (tile_count % math_warpgroups(kMmaRows, H) == math_warpgroup) {
         compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tile, ring.stage,
                                      ring.phase, key0, lane);
       }
@@ -437,7 +445,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
 // ---- the kernel -----------------------------------------------------------------------------
 
 template <int D, int H, int kMmaRows>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     paged_logits_kernel(const __grid_constant__ PagedParams params) {
   static_assert(D == 32 || D == 64 || D == 128);
   static_assert(H == 8 || H == 16 || H == 32 || H == 64);
@@ -453,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int slot = 0; slot < kQSlots; ++slot) {
       s.q_full(slot)->init(1);
-      s.q_empty(slot)->init(kMathWarpgroups * 128);
+      s.q_empty(slot)->init(math_warpgroups(kMmaRows, H) * 128);
     }
     fence_barrier_init();
     prefetch_tensor_map(&params.q_map);
@@ -472,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_producer<D, H, kMmaRows>(params, s, warp);
     run_cleaner(params, warp);
   } else {
-    raise_register_budget<kMathRegisters>();
+    raise_register_budget<math_registers(math_warpgroups(kMmaRows, H))>();
     run_math<D, H, kMmaRows>(params, s, warpgroup - 1);
   }
 }

@@ -34,14 +34,12 @@ inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous o
 inline constexpr int kScaleBytes = 4;
 
 inline constexpr int kWarpsPerWarpgroup = 4;
-inline constexpr int kMathWarpgroups = 2;
-inline constexpr int kThreads = 128 * (1 + kMathWarpgroups);
 // The producer warpgroup: its warps split the key tiles (tile k by warp k % kProducerWarps), then
 // clean.
 inline constexpr int kProducerWarps = kWarpsPerWarpgroup;
 inline constexpr int kCleanerWarps = kWarpsPerWarpgroup;
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
-static_assert(kMaxStages % kMathWarpgroups == 0);
+static_assert(kMaxStages % 4 == 0);  // a multiple of every instance's math warpgroup count
 
 // For a >= 0, without overflow near INT_MAX.
 __host__ __device__ constexpr int ceil_div_int(int a, int b) {
@@ -95,6 +93,16 @@ __host__ __device__ constexpr int mma_rows_for(int rows, int heads) {
 static_assert(mma_rows_for(1, 64) == 1 && mma_rows_for(3, 32) == 4 && mma_rows_for(1, 16) == 4);
 static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
 
+// Math warpgroups of an instance (tiles go round-robin to them): four where the group's columns
+// are one chunk of at most 128 (at most 64 accumulator registers a thread, so that four
+// warpgroups fit the register file), else two.
+__host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
+  return chunk_count(mma_rows, heads) == 1 && chunk_width(mma_rows, heads) <= 128 ? 4 : 2;
+}
+__host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
+  return 128 * (1 + math_warpgroups(mma_rows, heads));
+}
+
 // Rows of a varlen group: up to 4, as long as they fit one 128-column chunk, so that a group of
 // one row (no sharing to be had) still costs no more than the memory-bound minimum.
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
@@ -112,7 +120,7 @@ struct SmemLayout {
   std::uint32_t q_offset = 0;             // kQSlots q slots
   std::uint32_t tiles_offset = 0;         // `stages` key tiles
   std::uint32_t weights_offset = 0;       // kQSlots weight slots
-  std::uint32_t fp32_weights_offset = 0;  // kMathWarpgroups fp32 copies
+  std::uint32_t fp32_weights_offset = 0;  // one fp32 copy per math warpgroup
   std::uint32_t scales_offset = 0;        // `stages` x kTileKeys fp32 key scales
   std::uint32_t info_offset = 0;          // `stages` x uint32: which blocks of the tile were loaded
   std::uint32_t barriers_offset = 0;      // full[stages], empty[stages], q_full[2], q_empty[2]
@@ -123,8 +131,9 @@ __host__ __device__ constexpr std::uint32_t align_up(std::uint32_t value, std::u
   return (value + to - 1) / to * to;
 }
 
-// The carve-up of an instance for `mma_rows` rows, with as many stages (an even number, at most
-// kMaxStages) as `budget_bytes` allows. stages == 0 means the budget is too small.
+// The carve-up of an instance for `mma_rows` rows, with as many stages (a multiple of its math
+// warpgroups, at most kMaxStages) as `budget_bytes` allows. stages == 0 means the budget is too
+// small.
 constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int weight_bytes,
                                       std::uint32_t budget_bytes) {
   SmemLayout s;
@@ -133,20 +142,20 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   s.weight_slot_bytes = align_up(pairs * static_cast<std::uint32_t>(weight_bytes), 16);
   s.fp32_weights_bytes = pairs * 4;
   s.tile_bytes = static_cast<std::uint32_t>(kTileKeys * head_dim);
+  const int warpgroups = math_warpgroups(mma_rows, heads);
   const std::uint32_t fixed = kQSlots * (s.q_slot_bytes + s.weight_slot_bytes + 2 * 8) +
-                              kMathWarpgroups * s.fp32_weights_bytes;
+                              warpgroups * s.fp32_weights_bytes;
   const std::uint32_t per_stage = s.tile_bytes + kTileKeys * kScaleBytes + 4 + 2 * 8;
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
-  // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % 2
+  // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % warpgroups
   // (paged_kernel.cuh, Pipeline).
-  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage)) / kMathWarpgroups *
-             kMathWarpgroups;
+  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
   const auto stages = static_cast<std::uint32_t>(s.stages);
   s.q_offset = 0;
   s.tiles_offset = s.q_offset + kQSlots * s.q_slot_bytes;  // both multiples of 1024
   s.weights_offset = s.tiles_offset + stages * s.tile_bytes;
   s.fp32_weights_offset = s.weights_offset + kQSlots * s.weight_slot_bytes;
-  s.scales_offset = s.fp32_weights_offset + kMathWarpgroups * s.fp32_weights_bytes;
+  s.scales_offset = s.fp32_weights_offset + warpgroups * s.fp32_weights_bytes;
   s.info_offset = s.scales_offset + stages * kTileKeys * kScaleBytes;
   s.barriers_offset = align_up(s.info_offset + stages * 4, 8);
   s.total_bytes = s.barriers_offset + (2 * stages + 2 * kQSlots) * 8;
