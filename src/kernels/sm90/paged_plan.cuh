@@ -108,6 +108,9 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
   return min_int(kMaxVarlenGroupRows, 128 / heads);
 }
+static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 4 &&
+              math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 4 &&
+              math_warpgroups(8, 32) == 2 && math_warpgroups(varlen_group_rows(64), 64) == 4);
 
 // ---- shared memory --------------------------------------------------------------------------
 
