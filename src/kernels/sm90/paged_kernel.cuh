@@ -66,8 +66,7 @@
 
 namespace mqa_logits::sm90::paged {
 
-// Register budgets (setmaxnreg moves registers only within the CTA's pool: the threads times the
-// registers the kernel is launched with, 64K over the threads in steps of 8).
+// Register budgets (setmaxnreg moves registers only within the CTA's pool: launch_registers).
 inline constexpr int kProducerRegisters = 56;
 __host__ __device__ constexpr int math_registers(int math_warpgroups) {
   return math_warpgroups == 4 ? 104 : 224;  // below 224 the two-chunk instances serialize wgmma
@@ -75,7 +74,7 @@ __host__ __device__ constexpr int math_registers(int math_warpgroups) {
 __host__ __device__ constexpr bool registers_fit(int math_warpgroups) {
   const int threads = 128 * (1 + math_warpgroups);
   return 128 * kProducerRegisters + 128 * math_warpgroups * math_registers(math_warpgroups) <=
-         threads * (65536 / threads / 8 * 8);
+         threads * launch_registers(threads);
 }
 static_assert(registers_fit(2) && registers_fit(4),
               "setmaxnreg.inc would wait forever for registers the CTA does not own");
@@ -211,7 +210,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
                                           BlockIdWindow& block_ids, int tile,
                                           const RuntimeRingPosition& ring, int lane) {
   const int bk = p.block_kv;
-  const int blocks_per_tile = bk == kTileKeys ? 1 : 2;  // block_kv is 64 or 32
+  const int blocks_per_tile = tile_blocks(bk);
   int ids[2] = {-1, -1};
   std::uint32_t mask = 0;
 #pragma unroll
@@ -251,7 +250,7 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   RingPosition<kQSlots> q_ring;
   int tile_count = 0;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    const int blocks_per_tile = p.block_kv == kTileKeys ? 1 : 2;
+    const int blocks_per_tile = tile_blocks(p.block_kv);
     BlockIdWindow block_ids(g.table, ceil_div_int(g.key_limit, p.block_kv),
                             g.tile_lo() * blocks_per_tile, lane);
     if (producer == 0) {
@@ -288,7 +287,7 @@ template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = 128;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    const int blocks_per_tile = p.block_kv == kTileKeys ? 1 : 2;
+    const int blocks_per_tile = tile_blocks(p.block_kv);
     const int first = g.tile_lo() * blocks_per_tile;
     const int last = min_int(g.tile_hi() * blocks_per_tile, ceil_div_int(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / 4;
@@ -424,7 +423,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
   for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
     const StoreRows<H, kMmaRows> rows_out(g, lane % 4);
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
-    // its q_empty arrival never runs a phase ahead of the other warpgroup's.
+    // its q_empty arrival never runs a phase ahead of the other warpgroups'.
     s.q_full(q_ring.stage)->wait(q_ring.phase);
     copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, weights, math_warpgroup);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);

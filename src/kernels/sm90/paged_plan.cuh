@@ -22,6 +22,10 @@ namespace mqa_logits::sm90::paged {
 
 inline constexpr int kTileKeys = 64;  // keys per tile: the M side of one wgmma
 inline constexpr int kTilesPerItem = schedule::kPagedSplitTokens / kTileKeys;
+// Blocks of one 64-key tile: block_kv is 64 or 32 (a select, not a division, in the producer loop).
+__host__ __device__ constexpr int tile_blocks(int block_kv) {
+  return block_kv == kTileKeys ? 1 : 2;
+}
 static_assert(schedule::kPagedSplitTokens % kTileKeys == 0, "an item is whole tiles");
 
 inline constexpr int kMaxGroupRows = 8;        // next_n <= 8

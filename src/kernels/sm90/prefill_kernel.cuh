@@ -71,11 +71,12 @@ struct PrefillTiling {
   static constexpr int kMathThreads = 128 * kMathWarpgroups;
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
-  // Register budgets: the CTA starts with 96 per thread (64K / 640, rounded down to 8); the
-  // producer warpgroup gives back 40 per thread, which lifts the math warpgroups to 104.
+  // Register budgets: the CTA starts with launch_registers(640) = 96 per thread; the producer
+  // warpgroup gives back 40 per thread, which lifts the math warpgroups to 104.
   static constexpr int kProducerRegisters = 56;
   static constexpr int kMathRegisters = 104;
-  static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <= kThreads * 96);
+  static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
+                kThreads * launch_registers(kThreads));
   static constexpr int kStages = 8;
   static constexpr int kQBuffers = 2;
   static constexpr int kQBytes = kBlockN * kHeadDim;

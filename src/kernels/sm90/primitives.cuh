@@ -62,6 +62,13 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
 
 // ---- warp-group control ----------------------------------------------------------------------
 
+// Registers per thread a CTA of `threads` threads (one CTA per SM) is launched with: 64K over the
+// threads, in steps of 8. setmaxnreg moves registers only within the CTA's pool of threads times
+// this many, and an increase the pool cannot cover waits forever.
+__host__ __device__ constexpr int launch_registers(int threads) {
+  return 65536 / threads / 8 * 8;
+}
+
 template <int Registers>
 __device__ __forceinline__ void raise_register_budget() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Registers));
