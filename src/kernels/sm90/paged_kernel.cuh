@@ -207,8 +207,8 @@ __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int 
 // kTma: by TMA (one 3-D box and one bulk copy of scales per block); else by cp.async.
 template <int D, bool kTma>
 __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s, int key_limit,
-                                          BlockIdWindow& block_ids, int tile,
-                                          const RuntimeRingPosition& ring, int lane) {
+                                          BlockIdWindow& block_ids, int tile, int stage,
+                                          std::uint32_t phase, int lane) {
   const int bk = p.block_kv;
   const int blocks_per_tile = tile_blocks(bk);
   int ids[2] = {-1, -1};
@@ -222,8 +222,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
       if (ids[b] >= 0 && ids[b] < p.num_blocks) mask |= 1u << b;
     }
   }
-  const int stage = ring.stage;
-  s.empty(stage)->wait(ring.phase ^ 1);
+  s.empty(stage)->wait(phase ^ 1);
   Barrier* full = s.full(stage);
   if constexpr (kTma) {
     if (lane == 0) {
@@ -246,24 +245,23 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
 template <int D, int H, int kMmaRows, bool kTma>
 __device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  RuntimeRingPosition ring;
+  DealtRingPosition<kProducerWarps> turn(producer);
   RingPosition<kQSlots> q_ring;
-  int tile_count = 0;
+  int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const TileSlots tiles = g.slots(group_begin);
     const int blocks_per_tile = tile_blocks(p.block_kv);
     BlockIdWindow block_ids(g.table, ceil_div_int(g.key_limit, p.block_kv),
-                            g.tile_lo() * blocks_per_tile, lane);
+                            tiles.tile(tiles.begin) * blocks_per_tile, lane);
     if (producer == 0) {
       s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
     }
-    for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
-      if (!g.tile_needed(tile)) continue;
-      if (tile_count++ % kProducerWarps == producer) {
-        load_tile<D, kTma>(p, s, g.key_limit, block_ids, tile, ring, lane);
-      }
-      ring.advance(p.smem.stages);
+    for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+      load_tile<D, kTma>(p, s, g.key_limit, block_ids, tiles.tile(turn.next), turn.stage,
+                         turn.phase, lane);
     }
+    group_begin = tiles.end;
     q_ring.advance();
   });
 }
@@ -287,9 +285,11 @@ template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = 128;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const TileSlots tiles = g.slots(0);
     const int blocks_per_tile = tile_blocks(p.block_kv);
-    const int first = g.tile_lo() * blocks_per_tile;
-    const int last = min_int(g.tile_hi() * blocks_per_tile, ceil_div_int(g.key_limit, p.block_kv));
+    const int first = tiles.tile(tiles.begin) * blocks_per_tile;
+    const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
+                             ceil_div_int(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / 4;
     for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
       prefetch_l2(g.table + entry);
@@ -417,9 +417,9 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
   float* weights = s.fp32_weights(math_warpgroup);
-  RuntimeRingPosition ring;
+  DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
   RingPosition<kQSlots> q_ring;
-  int tile_count = 0;
+  int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
     const StoreRows<H, kMmaRows> rows_out(g, lane % 4);
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
@@ -427,15 +427,12 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     s.q_full(q_ring.stage)->wait(q_ring.phase);
     copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, weights, math_warpgroup);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
-    for (int tile = g.tile_lo(); tile < g.tile_hi(); ++tile) {
-      if (!g.tile_needed(tile)) continue;
-      if (tile_count % math_warpgroups(kMmaRows, H) == math_warpgroup) {
-        compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tile, ring.stage,
-                                     ring.phase, key0, lane);
-      }
-      ++tile_count;
-      ring.advance(p.smem.stages);
+    const TileSlots tiles = g.slots(group_begin);
+    for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+      compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tiles.tile(turn.next),
+                                   turn.stage, turn.phase, key0, lane);
     }
+    group_begin = tiles.end;
     s.q_empty(q_ring.stage)->arrive();
     q_ring.advance();
   });

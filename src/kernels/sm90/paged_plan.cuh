@@ -50,6 +50,7 @@ __host__ __device__ constexpr int ceil_div_int(int a, int b) {
   return a / b + (a % b != 0 ? 1 : 0);
 }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 __host__ __device__ constexpr std::int64_t min64(std::int64_t a, std::int64_t b) {
   return a < b ? a : b;
 }
@@ -237,11 +238,25 @@ struct RowTiles {
 struct TileRange {
   int lo = 0;
   int hi = 0;
-  __device__ __forceinline__ bool contains(int tile) const { return lo <= tile && tile < hi; }
+  __device__ __forceinline__ bool empty() const { return lo >= hi; }
   __device__ __forceinline__ void merge(const RowTiles& row) {
     if (row.tile_lo >= row.tile_hi) return;
     lo = lo < hi ? min_int(lo, row.tile_lo) : row.tile_lo;
     hi = row.tile_hi > hi ? row.tile_hi : hi;
+  }
+};
+
+// The tiles a group loads, in increasing order, as slots [begin, end) of the CTA's tile sequence
+// (every role walks the same groups, so all number them alike): slot c holds tile
+// c + first_offset below `split`, c + second_offset from there on (the second of two ranges).
+struct TileSlots {
+  int begin = 0;
+  int split = 0;
+  int end = 0;
+  int first_offset = 0;
+  int second_offset = 0;
+  __device__ __forceinline__ int tile(int slot) const {
+    return slot + (slot < split ? first_offset : second_offset);
   }
 };
 
@@ -263,15 +278,28 @@ struct Group {
   TileRange lead;
   TileRange rest;
 
-  __device__ __forceinline__ int tile_lo() const {
-    return lead.lo < lead.hi && (rest.lo >= rest.hi || lead.lo < rest.lo) ? lead.lo : rest.lo;
-  }
-  __device__ __forceinline__ int tile_hi() const { return lead.hi > rest.hi ? lead.hi : rest.hi; }
-  __device__ __forceinline__ bool has_tiles() const {
-    return lead.lo < lead.hi || rest.lo < rest.hi;
-  }
-  __device__ __forceinline__ bool tile_needed(int tile) const {
-    return lead.contains(tile) || rest.contains(tile);
+  __device__ __forceinline__ bool has_tiles() const { return !lead.empty() || !rest.empty(); }
+  // The union of lead and rest (one range or two) as slots from `begin` on. Selected by value: a
+  // reference to either range would put the group in local memory.
+  __device__ __forceinline__ TileSlots slots(int begin) const {
+    const bool lead_first = rest.empty() || (!lead.empty() && lead.lo <= rest.lo);
+    const int a_lo = lead_first ? lead.lo : rest.lo;
+    const int a_hi = lead_first ? lead.hi : rest.hi;
+    const int b_lo = lead_first ? rest.lo : lead.lo;
+    const int b_hi = lead_first ? rest.hi : lead.hi;
+    const bool one_range = b_lo >= b_hi || b_lo <= a_hi;
+    TileSlots s;
+    s.begin = begin;
+    s.first_offset = a_lo - begin;
+    if (one_range) {
+      s.end = begin + max_int(a_hi, b_lo < b_hi ? b_hi : a_hi) - a_lo;
+      s.split = s.end;
+    } else {
+      s.split = begin + (a_hi - a_lo);
+      s.end = s.split + (b_hi - b_lo);
+      s.second_offset = b_lo - s.split;
+    }
+    return s;
   }
 };
 

@@ -97,9 +97,11 @@ __device__ __forceinline__ std::uint64_t kmajor_descriptor(const void* tile) {
          (kSwizzleMode << 62);
 }
 
-// Advance a K-major descriptor by `bytes` along K (inside one swizzle atom).
+// Advance a K-major descriptor by `bytes` along K (inside one swizzle atom). The start address
+// (bits 0-13) of a shared-memory operand cannot carry into bit 32, so a 32-bit add does.
 __device__ __forceinline__ std::uint64_t advance_descriptor(std::uint64_t desc, int bytes) {
-  return desc + static_cast<std::uint64_t>(bytes >> 4);
+  const auto low = static_cast<std::uint32_t>(desc) + static_cast<std::uint32_t>(bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | low;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -118,18 +120,24 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-
-
 // ---- further building blocks (decode kernel) -------------------------------------------------
 
-// Position in a ring whose stage count is a run-time value (shared-memory carve-up decided at
-// launch). Same protocol as RingPosition.
-struct RuntimeRingPosition {
-  int stage = 0;
+// One member's turns in a ring of `stages` stages (a run-time value: the shared-memory carve-up is
+// decided at launch) whose slots are dealt round-robin over `Members` members: slot c of the
+// sequence goes to member c % Members and lives in stage c % stages, phase (c / stages) % 2.
+// Holds the member's next slot and its stage and phase, so that a member steps over only its own
+// slots. Needs Members <= stages.
+template <int Members>
+struct DealtRingPosition {
+  int next;
+  int stage;
   std::uint32_t phase = 0;
+  __device__ __forceinline__ explicit DealtRingPosition(int member) : next(member), stage(member) {}
   __device__ __forceinline__ void advance(int stages) {
-    if (++stage == stages) {
-      stage = 0;
+    next += Members;
+    stage += Members;
+    if (stage >= stages) {
+      stage -= stages;
       phase ^= 1;
     }
   }
@@ -194,48 +202,49 @@ __device__ __forceinline__ void define_registers(float (&r)[N]) {
 // column 8j + 2(l % 4) + c.
 //
 // An inline-asm operand list is not a context where a template parameter pack can expand, so the
-// accumulator operands are spelled by macros, 16 at a time. The descriptors and the accumulate
-// flag come first (%0..%2) so that the accumulator placeholders are the same for every N.
+// accumulator operands are spelled by macros, 16 at a time. The accumulators come first (%0 on);
+// the descriptors and the accumulate flag are read-only inputs after them, numbered per shape.
 #define MQA_SM90_ACC16(d, i)                                                                      \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),                \
       "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7]), "+f"(d[i + 8]), "+f"(d[i + 9]),            \
       "+f"(d[i + 10]), "+f"(d[i + 11]), "+f"(d[i + 12]), "+f"(d[i + 13]), "+f"(d[i + 14]),       \
       "+f"(d[i + 15])
-#define MQA_SM90_ACC_PLACEHOLDERS_0 "%3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18"
-#define MQA_SM90_ACC_PLACEHOLDERS_1 ", %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34"
-#define MQA_SM90_ACC_PLACEHOLDERS_2 ", %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50"
-#define MQA_SM90_ACC_PLACEHOLDERS_3 ", %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66"
-#define MQA_SM90_ACC_PLACEHOLDERS_4 ", %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82"
-#define MQA_SM90_ACC_PLACEHOLDERS_5 ", %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98"
-#define MQA_SM90_ACC_PLACEHOLDERS_6 ", %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114"
-#define MQA_SM90_ACC_PLACEHOLDERS_7 ", %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127, %128, %129, %130"
-#define MQA_SM90_WGMMA_E4M3(shape, placeholders, ...)                                             \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"                                      \
+#define MQA_SM90_ACC_PLACEHOLDERS_0 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define MQA_SM90_ACC_PLACEHOLDERS_1 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MQA_SM90_ACC_PLACEHOLDERS_2 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define MQA_SM90_ACC_PLACEHOLDERS_3 ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MQA_SM90_ACC_PLACEHOLDERS_4 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define MQA_SM90_ACC_PLACEHOLDERS_5 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MQA_SM90_ACC_PLACEHOLDERS_6 ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define MQA_SM90_ACC_PLACEHOLDERS_7 ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MQA_SM90_WGMMA_E4M3(shape, placeholders, desc_a_op, desc_b_op, scale_op, ...)            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " scale_op ", 0;\n"                              \
                "wgmma.mma_async.sync.aligned." shape ".f32.e4m3.e4m3 {" placeholders "}, "      \
-               "%0, %1, p, 1, 1;\n}\n"                                                           \
-               : "+l"(desc_a), "+l"(desc_b), "+r"(scale_d), __VA_ARGS__)
+               desc_a_op ", " desc_b_op ", p, 1, 1;\n}\n"                                        \
+               : __VA_ARGS__                                                                     \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 
 template <int N, int Size>
 __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint64_t desc_a,
                                                     std::uint64_t desc_b, bool accumulate) {
   static_assert(N == 64 || N == 128 || N == 192 || N == 256, "N must be 64, 128, 192 or 256");
   static_assert(2 * Size >= N, "the accumulator holds N / 2 registers per thread");
-  int scale_d = accumulate ? 1 : 0;
+  const int scale_d = accumulate ? 1 : 0;
   if constexpr (N == 64) {
     MQA_SM90_WGMMA_E4M3("m64n64k32", MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1,
-                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16));
+                        "%32", "%33", "%34", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16));
   } else if constexpr (N == 128) {
     MQA_SM90_WGMMA_E4M3("m64n128k32",
                         MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3,
-                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%64", "%65", "%66", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48));
   } else if constexpr (N == 192) {
     MQA_SM90_WGMMA_E4M3("m64n192k32",
                         MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
                                 MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5,
-                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%96", "%97", "%98", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80));
   } else {
     MQA_SM90_WGMMA_E4M3("m64n256k32",
@@ -243,7 +252,7 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
                                 MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5
                                     MQA_SM90_ACC_PLACEHOLDERS_6 MQA_SM90_ACC_PLACEHOLDERS_7,
-                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%128", "%129", "%130", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80),
                         MQA_SM90_ACC16(d, 96), MQA_SM90_ACC16(d, 112));
   }
