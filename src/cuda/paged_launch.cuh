@@ -44,7 +44,8 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
     params.kv_map = make_tensor_map_3d(problem.kv_cache, CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                        {D, bk, static_cast<std::uint64_t>(problem.num_blocks)},
                                        {D, static_cast<std::uint64_t>(problem.block_stride_bytes)},
-                                       {D, static_cast<std::uint32_t>(bk), 1}, swizzle);
+                                       {D, static_cast<std::uint32_t>(paged::kKeyBoxRows), 1},
+                                       swizzle);
   }
   params.kv_cache = problem.kv_cache;
   params.block_stride_bytes = problem.block_stride_bytes;

@@ -23,13 +23,13 @@ struct TileScales {
   bool in_block = false;
 };
 
-// Where the fp32 weight copy keeps head h of a row: grouped by the quad lane that reads it, so
-// that a lane's heads 8j + 2q, 8j + 2q + 1 (j = 0, 1, ...) are contiguous and two blocks j come
-// in one 16-byte load.
+// Where the fp32 weight copy keeps head h of a row (rows weight_row_floats apart): grouped by the
+// quad lane that reads it, so that a lane's heads 8j + 2q, 8j + 2q + 1 (j = 0, 1, ...) are
+// contiguous and two blocks j come in one 16-byte load.
 __host__ __device__ constexpr int weight_index(int head, int heads) {
   const int quad = head % 8 / 2;
   const int block = head / 8;
-  return quad * (heads / 4) + block * 2 + head % 2;
+  return quad * weight_quad_floats(heads) + block * 2 + head % 2;
 }
 
 // How a chunk of kRows rows leaves the quad reduction: each thread holds kValues partial sums
@@ -76,11 +76,12 @@ __device__ __forceinline__ void quad_reduce(const float (&in)[N], float (&out)[N
 }
 
 // The row behind one of the sums a lane stores (QuadSums::value says which row and key): its key
-// count and its tiles in this segment (an empty range when the lane stores nothing there).
+// count, and the key positions [lo, hi) it writes in this segment (its tiles, cut at
+// max_context_len; an empty range when the lane stores nothing there).
 struct StoreRow {
   int keys = 0;
-  int tile_lo = 0;
-  int tile_hi = 0;
+  int lo = 0;
+  int hi = 0;
 };
 
 // The store rows of chunk C of an instance for kMmaRows rows, for one group.
@@ -90,7 +91,7 @@ struct ChunkRows {
   using Sums = QuadSums<kRows>;
   StoreRow row[Sums::kKept];
 
-  __device__ ChunkRows(const Group<kMmaRows, true>& g, int quad) {
+  __device__ ChunkRows(const Group<kMmaRows, true>& g, int quad, std::int64_t max_context_len) {
 #pragma unroll
     for (int i = 0; i < Sums::kKept; ++i) {
       const int t = Sums::value(quad, i) / 2;
@@ -100,8 +101,9 @@ struct ChunkRows {
       for (int r = 0; r < kMmaRows; ++r) {  // constant indices keep g in registers
         if (stores && r == u && r < g.rows) {
           row[i].keys = g.row[r].keys;
-          row[i].tile_lo = g.row[r].tile_lo;
-          row[i].tile_hi = g.row[r].tile_hi;
+          row[i].lo = g.row[r].tile_lo * kTileKeys;
+          const std::int64_t end = static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys;
+          row[i].hi = static_cast<int>(min64(end, max_context_len));
         }
       }
     }
@@ -112,7 +114,8 @@ template <int H, int kMmaRows>
 struct StoreRows {
   ChunkRows<H, kMmaRows, 0> first;
   ChunkRows<H, kMmaRows, chunk_count(kMmaRows, H) - 1> last;  // the same chunk when only one
-  __device__ StoreRows(const Group<kMmaRows, true>& g, int quad) : first(g, quad), last(g, quad) {}
+  __device__ StoreRows(const Group<kMmaRows, true>& g, int quad, std::int64_t max_context_len)
+      : first(g, quad, max_context_len), last(g, quad, max_context_len) {}
   template <int C>
   __device__ const auto& chunk() const {
     if constexpr (C == 0) {
@@ -124,23 +127,20 @@ struct StoreRows {
 };
 
 // Stores the sum of (group row `u`, key `key`) of tile `tile`, or -inf, or nothing (see the
-// coverage rules at the top).
+// coverage rules at the top), deciding by predicates rather than branches.
 __device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row,
                                             int first_row, int u, int tile, int key, float value,
                                             bool in_block) {
-  if (tile < row.tile_lo || tile >= row.tile_hi) return;
   const int pos = tile * kTileKeys + key;
-  if (pos >= p.max_context_len) return;
-  if (pos >= row.keys || !in_block) {
-    if (!p.clean_logits) return;
-    value = -INFINITY;
+  const bool inside = pos < row.keys && in_block;
+  const bool write = pos >= row.lo && pos < row.hi && (inside || p.clean_logits);
+  const float out = inside ? value : -INFINITY;
+  const auto output_row = static_cast<std::uint32_t>(first_row + u);  // >= 0: no sign extension
+  const std::int64_t index = static_cast<std::int64_t>(output_row) * p.logits_row_stride + pos;
+  if (write && p.logits_bf16) {
+    static_cast<__nv_bfloat16*>(p.logits)[index] = __float2bfloat16_rn(out);
   }
-  const std::int64_t index = static_cast<std::int64_t>(first_row + u) * p.logits_row_stride + pos;
-  if (p.logits_bf16) {
-    static_cast<__nv_bfloat16*>(p.logits)[index] = __float2bfloat16_rn(value);
-  } else {
-    static_cast<float*>(p.logits)[index] = value;
-  }
+  if (write && !p.logits_bf16) static_cast<float*>(p.logits)[index] = out;
 }
 
 // relu, weight and head sum of chunk C's accumulators, the quad reduction and the stores.
@@ -165,7 +165,8 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
     float sum1 = 0.0f;
     if (t < kRows && t < rows) {
       // This lane's weights of row t: blocks jj = 0, 1, ... at w + 2 jj (weight_index).
-      const float* w = weights + (kFirstRow + t) * H + quad * (H / 4);
+      const float* w =
+          weights + (kFirstRow + t) * weight_row_floats(H) + quad * weight_quad_floats(H);
       const auto add_block = [&](int jj, float w0, float w1) {
         const int j = t * kBlocksPerRow + jj;
         sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);

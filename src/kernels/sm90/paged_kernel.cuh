@@ -21,11 +21,12 @@
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers: each warp walks the segment and loads every fourth key tile
-//                         (a single warp's per-tile bookkeeping, ~170 dependent instructions,
-//                         cannot issue a tile as fast as HBM delivers them), reading block ids 32
-//                         at a time (the next 32 already in flight) and issuing the TMA loads (or,
-//                         for block strides TMA cannot express, 4-byte cp.async with the same
-//                         swizzle); warp 0 also loads q / weights per group, warp 1 first
+//                         (one warp's per-tile bookkeeping, a chain of dependent instructions,
+//                         cannot issue tiles as fast as HBM delivers them), its lanes looking up
+//                         the block ids of its next 32 tiles at once (the 32 after those already
+//                         in flight), lane 0 issuing the TMA boxes of kKeyBoxRows rows (or, for
+//                         block strides TMA cannot express, every lane 4-byte cp.async with the
+//                         same swizzle); warp 0 also loads q / weights per group, warp 1 first
 //                         prefetches into L2 what the producers read per group (block-table
 //                         entries, q, weights). Then all four clean (clean_logits): -inf over
 //                         every row's columns from its length rounded up to a tile to
@@ -120,43 +121,26 @@ struct SharedState {
 
 // ---- producer -------------------------------------------------------------------------------
 
-// Block ids of one block-table row, fetched 32 at a time by the producer warp (lane i holds entry
-// base + i) and double-buffered: the next 32 are in flight while the current ones are used, so
-// the producer does not wait on a memory round trip every 32 blocks. All lanes call it together;
-// entries are requested in increasing order.
-class BlockIdWindow {
- public:
-  __device__ BlockIdWindow(const std::int32_t* table, int count, int first, int lane)
-      : table_(table), count_(count), lane_(lane) {
-    fill(first);
-  }
-  __device__ int operator()(int entry) {
-    if (entry < base_ || entry >= base_ + 64) {
-      fill(entry);
-    } else if (entry >= base_ + 32) {
-      base_ += 32;
-      id_ = next_id_;
-      next_id_ = load(base_ + 32);
-    }
-    return __shfl_sync(0xffffffffu, id_, entry - base_);
-  }
-
- private:
-  __device__ int load(int base) const {
-    return base + lane_ < count_ ? __ldg(table_ + base + lane_) : -1;
-  }
-  __device__ void fill(int base) {
-    base_ = base;
-    id_ = load(base);
-    next_id_ = load(base + 32);
-  }
-  const std::int32_t* table_;
-  int count_;
-  int lane_;
-  int base_ = 0;
-  int id_ = -1;
-  int next_id_ = -1;
+// The block ids of one own tile of a producer warp (its tile in slot `slot` of the CTA's tile
+// sequence): -1 for a block past the group's longest row (`entries` blocks hold its keys) or past
+// the group's slots. Ids outside [0, num_blocks) are caught where they are used.
+template <int kBlocksPerTile>
+struct TileBlocks {
+  int id[kBlocksPerTile];
 };
+
+template <int kBlocksPerTile>
+__device__ __forceinline__ TileBlocks<kBlocksPerTile> look_up_blocks(const TileSlots& tiles,
+                                                                     const std::int32_t* table,
+                                                                     int entries, int slot) {
+  TileBlocks<kBlocksPerTile> blocks;
+  const int first = slot < tiles.end ? tiles.tile(slot) * kBlocksPerTile : entries;
+#pragma unroll
+  for (int b = 0; b < kBlocksPerTile; ++b) {
+    blocks.id[b] = first + b < entries ? __ldg(table + first + b) : -1;
+  }
+  return blocks;
+}
 
 // One group's q (TMA, kQBoxRows (row, head) pairs per box, the instance's chunk widths) and
 // weights (bulk copy of the group's rows, as stored).
@@ -179,100 +163,127 @@ __device__ void load_group_queries(const PagedParams& p, const SharedState& s,
 
 // Key tile of stage `stage` by cp.async: the block stride is not a multiple of 16 bytes, so TMA
 // cannot address the blocks. Rows land where TMA's swizzle would put them.
-template <int D>
+template <int D, int kBlocksPerTile>
 __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int stage,
-                                const int (&ids)[2], std::uint32_t mask, int lane) {
-  const int bk = p.block_kv;
+                                const int (&ids)[kBlocksPerTile], std::uint32_t mask, int lane) {
+  constexpr int kBlockKeys = kTileKeys / kBlocksPerTile;
   constexpr int kWordsPerRow = D / 4;
-  for (int b = 0; b < 2; ++b) {
+  for (int b = 0; b < kBlocksPerTile; ++b) {
     if (((mask >> b) & 1) == 0) continue;
     const std::uint8_t* block = p.kv_cache + ids[b] * p.block_stride_bytes;
     // Rolled: the producer runs on few registers, and cp.async is issued, not waited on.
 #pragma unroll 1
-    for (int word = lane; word < bk * kWordsPerRow; word += 32) {
+    for (int word = lane; word < kBlockKeys * kWordsPerRow; word += 32) {
       const int row = word / kWordsPerRow;
       const int byte = (word % kWordsPerRow) * 4;
-      const auto offset = static_cast<std::uint32_t>((b * bk + row) * D + byte);
+      const auto offset = static_cast<std::uint32_t>((b * kBlockKeys + row) * D + byte);
       cp_async_4(s.tile(stage) + swizzled_offset<D>(offset), block + row * D + byte);
     }
-    for (int key = lane; key < bk; key += 32) {
-      cp_async_4(s.scales(stage) + b * bk + key, block + bk * D + key * kScaleBytes);
+    const std::uint8_t* scales = block + kBlockKeys * D;
+    for (int key = lane; key < kBlockKeys; key += 32) {
+      cp_async_4(s.scales(stage) + b * kBlockKeys + key, scales + key * kScaleBytes);
     }
   }
   cp_async_wait_all();
   fence_async_proxy_shared();
 }
 
-// Loads tile `tile` of a group into stage ring.stage; `key_limit` is the group's longest row.
-// kTma: by TMA (one 3-D box and one bulk copy of scales per block); else by cp.async.
-template <int D, bool kTma>
-__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s, int key_limit,
-                                          BlockIdWindow& block_ids, int tile, int stage,
-                                          std::uint32_t phase, int lane) {
-  const int bk = p.block_kv;
-  const int blocks_per_tile = tile_blocks(bk);
-  int ids[2] = {-1, -1};
-  std::uint32_t mask = 0;
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const int entry = tile * blocks_per_tile + b;
-    // Only blocks holding keys below the group's longest row are looked up (and read).
-    if (b < blocks_per_tile && static_cast<std::int64_t>(entry) * bk < key_limit) {
-      ids[b] = block_ids(entry);
-      if (ids[b] >= 0 && ids[b] < p.num_blocks) mask |= 1u << b;
-    }
-  }
-  s.empty(stage)->wait(phase ^ 1);
+// Loads the blocks of `mask` (ids[b] for bit b) into stage `stage` once its previous tile is
+// consumed. kTma: lane 0 issues TMA boxes of kKeyBoxRows rows and one bulk copy of scales per
+// block; else every lane copies by cp.async.
+template <int D, bool kTma, int kBlocksPerTile>
+__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s,
+                                          const int (&ids)[kBlocksPerTile], std::uint32_t mask,
+                                          int stage, std::uint32_t phase, int lane) {
+  constexpr int kBlockKeys = kTileKeys / kBlocksPerTile;
+  static_assert(kBlockKeys % kKeyBoxRows == 0);
   Barrier* full = s.full(stage);
   if constexpr (kTma) {
     if (lane == 0) {
+      s.empty(stage)->wait(phase ^ 1);
       *s.info(stage) = mask;
-      full->arrive_expect_bytes(__popc(mask) * bk * (D + kScaleBytes));
-      for (int b = 0; b < 2; ++b) {
+      full->arrive_expect_bytes(__popc(mask) * kBlockKeys * (D + kScaleBytes));
+#pragma unroll
+      for (int b = 0; b < kBlocksPerTile; ++b) {
         if (((mask >> b) & 1) == 0) continue;
-        tma_load_3d(s.tile(stage) + b * bk * D, &p.kv_map, 0, 0, ids[b], full);
-        bulk_load(s.scales(stage) + b * bk, p.kv_cache + ids[b] * p.block_stride_bytes + bk * D,
-                  bk * kScaleBytes, full);
+#pragma unroll
+        for (int row = 0; row < kBlockKeys; row += kKeyBoxRows) {
+          tma_load_3d(s.tile(stage) + (b * kBlockKeys + row) * D, &p.kv_map, 0, row, ids[b], full);
+        }
+        bulk_load(s.scales(stage) + b * kBlockKeys,
+                  p.kv_cache + ids[b] * p.block_stride_bytes + kBlockKeys * D,
+                  kBlockKeys * kScaleBytes, full);
       }
     }
+    __syncwarp();
   } else {
-    copy_tile_async<D>(p, s, stage, ids, mask, lane);
+    s.empty(stage)->wait(phase ^ 1);
+    copy_tile_async<D, kBlocksPerTile>(p, s, stage, ids, mask, lane);
     if (lane == 0) *s.info(stage) = mask;
     full->arrive();  // every lane: an arrival releases only its own thread's writes
   }
 }
 
-template <int D, int H, int kMmaRows, bool kTma>
+// A producer warp's loop: its own tiles (every kProducerWarps-th slot), their block ids looked up
+// 32 tiles at a time, one tile per lane, with the next 32 requested while these are issued.
+template <int D, int H, int kMmaRows, bool kTma, int kBlocksPerTile>
 __device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
+  constexpr int kWindowSlots = 32 * kProducerWarps;
   const int lane = static_cast<int>(threadIdx.x % 32);
+  const int block_limit = static_cast<int>(min64(p.num_blocks, INT32_MAX));
   DealtRingPosition<kProducerWarps> turn(producer);
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(group_begin);
-    const int blocks_per_tile = tile_blocks(p.block_kv);
-    BlockIdWindow block_ids(g.table, ceil_div_int(g.key_limit, p.block_kv),
-                            tiles.tile(tiles.begin) * blocks_per_tile, lane);
+    const int entries = ceil_div_int(g.key_limit, kTileKeys / kBlocksPerTile);
     if (producer == 0) {
       s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
     }
-    for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
-      load_tile<D, kTma>(p, s, g.key_limit, block_ids, tiles.tile(turn.next), turn.stage,
-                         turn.phase, lane);
+    int window_start = turn.next;
+    const int lane_slot = kProducerWarps * lane;
+    auto window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries, window_start + lane_slot);
+    auto next_window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries,
+                                                      window_start + kWindowSlots + lane_slot);
+    for (int i = 0; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+      int ids[kBlocksPerTile];
+      std::uint32_t mask = 0;
+#pragma unroll
+      for (int b = 0; b < kBlocksPerTile; ++b) {
+        ids[b] = __shfl_sync(0xffffffffu, window.id[b], i);
+        if (ids[b] >= 0 && ids[b] < block_limit) mask |= 1u << b;
+      }
+      load_tile<D, kTma, kBlocksPerTile>(p, s, ids, mask, turn.stage, turn.phase, lane);
+      if (++i == 32) {
+        i = 0;
+        window_start += kWindowSlots;
+        window = next_window;
+        next_window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries,
+                                                     window_start + kWindowSlots + lane_slot);
+      }
     }
     group_begin = tiles.end;
     q_ring.advance();
   });
 }
 
-// The producer loop is compiled once per key path, so that each copy carries only its own state.
+// The producer loop is compiled once per key path and block size, so that each copy carries only
+// its own state and constants.
 template <int D, int H, int kMmaRows>
 __device__ void run_producer(const PagedParams& p, const SharedState& s, int producer) {
   if (p.kv_tma) {
-    produce<D, H, kMmaRows, true>(p, s, producer);
+    if (p.block_kv == kTileKeys) {
+      produce<D, H, kMmaRows, true, 1>(p, s, producer);
+    } else {
+      produce<D, H, kMmaRows, true, 2>(p, s, producer);
+    }
   } else {
-    produce<D, H, kMmaRows, false>(p, s, producer);
+    if (p.block_kv == kTileKeys) {
+      produce<D, H, kMmaRows, false, 1>(p, s, producer);
+    } else {
+      produce<D, H, kMmaRows, false, 2>(p, s, producer);
+    }
   }
 }
 
@@ -407,7 +418,7 @@ __device__ void copy_weights_fp32(const PagedParams& p, const SharedState& s, in
   for (int i = thread; i < rows * H; i += 128) {
     const float w = p.weights_bf16 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(in)[i])
                                    : reinterpret_cast<const float*>(in)[i];
-    out[i / H * H + weight_index(i % H, H)] = w;
+    out[i / H * weight_row_floats(H) + weight_index(i % H, H)] = w;
   }
   named_barrier_sync(barrier, 128);
 }
@@ -421,7 +432,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
-    const StoreRows<H, kMmaRows> rows_out(g, lane % 4);
+    const StoreRows<H, kMmaRows> rows_out(g, lane % 4, p.max_context_len);
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
     // its q_empty arrival never runs a phase ahead of the other warpgroups'.
     s.q_full(q_ring.stage)->wait(q_ring.phase);

@@ -33,6 +33,7 @@ inline constexpr int kMaxVarlenGroupRows = 4;  // varlen rows of one sequence de
 inline constexpr int kMaxMmaWidth = 256;       // wgmma N limit
 inline constexpr int kWidthGranule = 64;       // chunk widths are multiples of this (wgmma shapes)
 inline constexpr int kQBoxRows = 64;           // (row, head) pairs per q TMA box
+inline constexpr int kKeyBoxRows = 32;         // key rows per TMA box (a block is one or two)
 inline constexpr int kMaxStages = 32;
 inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous one runs
 inline constexpr int kScaleBytes = 4;
@@ -117,12 +118,24 @@ static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 4 &&
               math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 4 &&
               math_warpgroups(8, 32) == 2 && math_warpgroups(varlen_group_rows(64), 64) == 4);
 
+// ---- the math warpgroups' fp32 weight copies ------------------------------------------------
+// Per row, four segments, one per quad lane (paged_epilogue.cuh, weight_index), each padded by
+// 16 bytes where the segments would otherwise lie a multiple of 64 bytes apart: the four lanes'
+// 16-byte loads then fall on distinct banks instead of colliding two by two (H = 64).
+__host__ __device__ constexpr int weight_quad_floats(int heads) {
+  return heads / 4 + (heads / 4 % 16 == 0 ? 4 : 0);
+}
+__host__ __device__ constexpr int weight_row_floats(int heads) {
+  return 4 * weight_quad_floats(heads);
+}
+static_assert(weight_quad_floats(64) == 20 && weight_quad_floats(32) == 8);
+
 // ---- shared memory --------------------------------------------------------------------------
 
 struct SmemLayout {
   std::uint32_t q_slot_bytes = 0;        // q of one group: [pairs][D], swizzled by TMA
   std::uint32_t weight_slot_bytes = 0;   // weights of one group as stored: [pairs] fp32 or bf16
-  std::uint32_t fp32_weights_bytes = 0;  // one math warpgroup's fp32 copy: [pairs]
+  std::uint32_t fp32_weights_bytes = 0;  // one math warpgroup's fp32 copy: [rows][row floats]
   std::uint32_t tile_bytes = 0;          // one stage of key values: [64][D], swizzled by TMA
   int stages = 0;
   std::uint32_t q_offset = 0;             // kQSlots q slots
@@ -148,7 +161,7 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   const auto pairs = static_cast<std::uint32_t>(q_slot_pairs(mma_rows, heads));
   s.q_slot_bytes = pairs * static_cast<std::uint32_t>(head_dim);  // a multiple of 64 * D
   s.weight_slot_bytes = align_up(pairs * static_cast<std::uint32_t>(weight_bytes), 16);
-  s.fp32_weights_bytes = pairs * 4;
+  s.fp32_weights_bytes = static_cast<std::uint32_t>(mma_rows * weight_row_floats(heads) * 4);
   s.tile_bytes = static_cast<std::uint32_t>(kTileKeys * head_dim);
   const int warpgroups = math_warpgroups(mma_rows, heads);
   const std::uint32_t fixed = kQSlots * (s.q_slot_bytes + s.weight_slot_bytes + 2 * 8) +
