@@ -32,6 +32,43 @@ __host__ __device__ constexpr int weight_index(int head, int heads) {
   return quad * weight_quad_floats(heads) + block * 2 + head % 2;
 }
 
+// A lane's weights of a group as the epilogue reads them, `four(row, i)` being its heads of blocks
+// 2i and 2i + 1 of a row (weight_index): from the warpgroup's fp32 copy at every tile, or, where
+// the instance has room (weights_in_registers), from registers filled once per group. Rows past
+// the group's are read but never used.
+template <int H, int kMmaRows, bool kInRegisters = weights_in_registers(kMmaRows, H)>
+class LaneWeights {
+ public:
+  __device__ LaneWeights(const float* copy, int quad) : lane_(copy + quad * weight_quad_floats(H)) {}
+  __device__ float4 four(int row, int i) const {
+    return *reinterpret_cast<const float4*>(lane_ + row * weight_row_floats(H) + 4 * i);
+  }
+  __device__ float2 two(int row, int i) const {
+    return *reinterpret_cast<const float2*>(lane_ + row * weight_row_floats(H) + 2 * i);
+  }
+
+ private:
+  const float* lane_;
+};
+
+template <int H, int kMmaRows>
+class LaneWeights<H, kMmaRows, true> {
+ public:
+  __device__ LaneWeights(const float* copy, int quad) {
+    const LaneWeights<H, kMmaRows, false> shared(copy, quad);
+#pragma unroll
+    for (int r = 0; r < kMmaRows; ++r) {
+#pragma unroll
+      for (int i = 0; i < kFours; ++i) w_[r][i] = shared.four(r, i);
+    }
+  }
+  __device__ float4 four(int row, int i) const { return w_[row][i]; }
+
+ private:
+  static constexpr int kFours = H / 16;
+  float4 w_[kMmaRows][kFours];
+};
+
 // How a chunk of kRows rows leaves the quad reduction: each thread holds kValues partial sums
 // (row t, key k) at v = 2t + k (rows padded to an even count), and after the reduction lane q of a
 // quad keeps kKept of them, v = q * kKept + i; a single row is all-reduced instead, lane q
@@ -149,8 +186,9 @@ __device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow
 template <int H, int kMmaRows, int C, int Size>
 __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group<kMmaRows, true>& g,
                                                const StoreRows<H, kMmaRows>& rows_out,
-                                               const float (&acc)[Size], const float* weights,
-                                               int tile, const TileScales& scales, int lane) {
+                                               const float (&acc)[Size],
+                                               const LaneWeights<H, kMmaRows>& weights, int tile,
+                                               const TileScales& scales, int lane) {
   constexpr int kRows = rows_in_chunk(kMmaRows, C, H);
   constexpr int kFirstRow = C * chunk_rows(H);
   constexpr int kBlocksPerRow = H / 8;
@@ -164,9 +202,6 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
     float sum0 = 0.0f;
     float sum1 = 0.0f;
     if (t < kRows && t < rows) {
-      // This lane's weights of row t: blocks jj = 0, 1, ... at w + 2 jj (weight_index).
-      const float* w =
-          weights + (kFirstRow + t) * weight_row_floats(H) + quad * weight_quad_floats(H);
       const auto add_block = [&](int jj, float w0, float w1) {
         const int j = t * kBlocksPerRow + jj;
         sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);
@@ -176,12 +211,12 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
       };
 #pragma unroll
       for (int jj = 0; jj + 1 < kBlocksPerRow; jj += 2) {
-        const float4 wj = *reinterpret_cast<const float4*>(w + 2 * jj);
+        const float4 wj = weights.four(kFirstRow + t, jj / 2);
         add_block(jj, wj.x, wj.y);
         add_block(jj + 1, wj.z, wj.w);
       }
       if constexpr (kBlocksPerRow % 2 != 0) {  // H = 8: one block
-        const float2 wj = *reinterpret_cast<const float2*>(w + 2 * (kBlocksPerRow - 1));
+        const float2 wj = weights.two(kFirstRow + t, kBlocksPerRow - 1);
         add_block(kBlocksPerRow - 1, wj.x, wj.y);
       }
     }

@@ -31,18 +31,21 @@
 //                         entries, q, weights). Then all four clean (clean_logits): -inf over
 //                         every row's columns from its length rounded up to a tile to
 //                         max_context_len, spread over all CTAs.
-//   math warpgroups       four where a group's columns fit one 128-wide chunk (math_warpgroups),
-//                         else two; tile t goes to math warpgroup t % count, so the others' MMAs
+//   math warpgroups       four, three or two (math_warpgroups: as many as the register file
+//                         holds); tile t goes to math warpgroup t % count, so the others' MMAs
 //                         run while one warpgroup's epilogue (paged_epilogue.cuh: relu, weight,
 //                         head sum in registers then across the 4 lanes of a quad, key scale,
 //                         store) runs.
 // Registers: the CTA owns what __launch_bounds__ gives it (64K over the threads in steps of 8:
-// 168 a thread with two math warpgroups, 96 with four); setmaxnreg only moves registers between
-// its warps, and an increase the pool cannot cover blocks forever. So warpgroup 0 drops to 56 and
-// the math warpgroups rise to 224 (two: up to 128 fp32 accumulators a thread, and below 224 ptxas
-// serializes the wgmma pipeline of the two-chunk instances) or 104 (four: at most 64). Each
-// instance is compiled for groups of up to kMmaRows rows, so its wgmma shapes are constants (a
-// shape picked at run time serializes the pipeline too).
+// 168 a thread with two math warpgroups, 128 with three, 96 with four); setmaxnreg only moves
+// registers between its warps, and an increase the pool cannot cover blocks forever. So
+// warpgroup 0 drops to 56 and the math warpgroups rise to 104 (four: 32 accumulators and 16
+// weights a thread), 152 (three: 64 accumulators and 32 weights) or 224 (two: up to 128
+// accumulators, weights read from shared memory per tile; below 224 ptxas serializes the wgmma
+// pipeline of the two-chunk instances). Weights in registers spare the per-tile shared-memory
+// loads, which contend with the wgmma operand reads. Each instance is compiled for groups of up
+// to kMmaRows rows, so its wgmma shapes are constants (a shape picked at run time serializes the
+// pipeline too).
 //
 // Shared memory (make_smem_layout): 2 x (q slot + weight slot) + one fp32 weight copy per math
 // warpgroup + stages x (64 x D key bytes + 256 bytes of scales + 4) + barriers, filling the
@@ -70,14 +73,15 @@ namespace mqa_logits::sm90::paged {
 // Register budgets (setmaxnreg moves registers only within the CTA's pool: launch_registers).
 inline constexpr int kProducerRegisters = 56;
 __host__ __device__ constexpr int math_registers(int math_warpgroups) {
-  return math_warpgroups == 4 ? 104 : 224;  // below 224 the two-chunk instances serialize wgmma
+  // Below 224 the two-chunk instances serialize the wgmma pipeline.
+  return math_warpgroups == 4 ? 104 : math_warpgroups == 3 ? 152 : 224;
 }
 __host__ __device__ constexpr bool registers_fit(int math_warpgroups) {
   const int threads = 128 * (1 + math_warpgroups);
   return 128 * kProducerRegisters + 128 * math_warpgroups * math_registers(math_warpgroups) <=
          threads * launch_registers(threads);
 }
-static_assert(registers_fit(2) && registers_fit(4),
+static_assert(registers_fit(2) && registers_fit(3) && registers_fit(4),
               "setmaxnreg.inc would wait forever for registers the CTA does not own");
 
 // ---- shared state ---------------------------------------------------------------------------
@@ -366,8 +370,9 @@ template <int D, int H, int kMmaRows, int C>
 __device__ __forceinline__ void compute_chunk(const PagedParams& p, const SharedState& s,
                                               const Group<kMmaRows, true>& g,
                                               const StoreRows<H, kMmaRows>& rows_out,
-                                              const std::uint8_t* q_slot, const float* weights,
-                                              int tile, int stage, const TileScales& scales,
+                                              const std::uint8_t* q_slot,
+                                              const LaneWeights<H, kMmaRows>& weights, int tile,
+                                              int stage, const TileScales& scales,
                                               int lane) {
   constexpr int kWidth = chunk_width(rows_in_chunk(kMmaRows, C, H), H);
   // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
@@ -387,8 +392,9 @@ template <int D, int H, int kMmaRows>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
-                                             const std::uint8_t* q_slot, const float* weights,
-                                             int tile, int stage, std::uint32_t phase, int key0,
+                                             const std::uint8_t* q_slot,
+                                             const LaneWeights<H, kMmaRows>& weights, int tile,
+                                             int stage, std::uint32_t phase, int key0,
                                              int lane) {
   s.full(stage)->wait(phase);
   const std::uint32_t loaded = *s.info(stage);
@@ -427,7 +433,7 @@ template <int D, int H, int kMmaRows>
 __device__ void run_math(const PagedParams& p, const SharedState& s, int math_warpgroup) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
-  float* weights = s.fp32_weights(math_warpgroup);
+  float* fp32_weights = s.fp32_weights(math_warpgroup);
   DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
@@ -436,7 +442,8 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
     // its q_empty arrival never runs a phase ahead of the other warpgroups'.
     s.q_full(q_ring.stage)->wait(q_ring.phase);
-    copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, weights, math_warpgroup);
+    copy_weights_fp32<H>(p, s, g.rows, q_ring.stage, fp32_weights, math_warpgroup);
+    const LaneWeights<H, kMmaRows> weights(fp32_weights, lane % 4);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
     const TileSlots tiles = g.slots(group_begin);
     for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {

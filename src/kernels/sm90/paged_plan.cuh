@@ -44,7 +44,6 @@ inline constexpr int kWarpsPerWarpgroup = 4;
 inline constexpr int kProducerWarps = kWarpsPerWarpgroup;
 inline constexpr int kCleanerWarps = kWarpsPerWarpgroup;
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
-static_assert(kMaxStages % 4 == 0);  // a multiple of every instance's math warpgroup count
 
 // For a >= 0, without overflow near INT_MAX.
 __host__ __device__ constexpr int ceil_div_int(int a, int b) {
@@ -99,11 +98,19 @@ __host__ __device__ constexpr int mma_rows_for(int rows, int heads) {
 static_assert(mma_rows_for(1, 64) == 1 && mma_rows_for(3, 32) == 4 && mma_rows_for(1, 16) == 4);
 static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
 
-// Math warpgroups of an instance (tiles go round-robin to them): four where the group's columns
-// are one chunk of at most 128 (at most 64 accumulator registers a thread, so that four
-// warpgroups fit the register file), else two.
+// Math warpgroups of an instance (tiles go round-robin to them): as many as the register file
+// holds with each one's accumulators and, where the group's columns are one chunk of at most 128,
+// its lane's weights in registers (weights_in_registers): four for at most 64 columns (32
+// accumulators a thread), three for at most 128 (64), else two (up to 128 accumulators, the
+// weights read from shared memory).
 __host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
-  return chunk_count(mma_rows, heads) == 1 && chunk_width(mma_rows, heads) <= 128 ? 4 : 2;
+  if (chunk_count(mma_rows, heads) > 1 || chunk_width(mma_rows, heads) > 128) return 2;
+  return chunk_width(mma_rows, heads) <= 64 ? 4 : 3;
+}
+// Whether the math warps keep their lane's weights of a group in registers (at most 32 floats:
+// one chunk of at most 128 columns, and 16-byte weight loads, H >= 16).
+__host__ __device__ constexpr bool weights_in_registers(int mma_rows, int heads) {
+  return math_warpgroups(mma_rows, heads) > 2 && heads >= 16;
 }
 __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
   return 128 * (1 + math_warpgroups(mma_rows, heads));
@@ -114,9 +121,9 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
   return min_int(kMaxVarlenGroupRows, 128 / heads);
 }
-static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 4 &&
-              math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 4 &&
-              math_warpgroups(8, 32) == 2 && math_warpgroups(varlen_group_rows(64), 64) == 4);
+static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 3 &&
+              math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 3 &&
+              math_warpgroups(8, 32) == 2 && math_warpgroups(varlen_group_rows(64), 64) == 3);
 
 // ---- the math warpgroups' fp32 weight copies ------------------------------------------------
 // Per row, four segments, one per quad lane (paged_epilogue.cuh, weight_index), each padded by
