@@ -15,18 +15,25 @@
 // stage always serves the same math warpgroup: a parity wait cannot tell phase k from phase
 // k - 2, so only the warpgroup that saw phase k - 1 of a stage complete may wait for its phase k
 // (otherwise a TMA tile landing early would let a warpgroup take another's unfinished phase for
-// its own). The producer of a tile waits for the stage's previous tile to be consumed; having
-// loaded its own tile four back, which the same math warpgroup consumed later than that one's
-// predecessor on the stage (at least four stages), it cannot see a phase two behind either.
+// its own). The producer of a tile waits for the stage's previous tile to be consumed, and must
+// not see the stage two phases behind (its previous-but-one tile unconsumed) either. With three
+// or four math warpgroups as many warps load (loading_warps), so one warp loads every tile of a
+// stage, in order: it waited for the previous-but-one when it loaded the previous. With two math
+// warpgroups four warps load: a warp loaded its own tile four back only once that tile's stage
+// predecessor was consumed, a tile of the same math warpgroup as this stage's previous-but-one
+// and no earlier (at least four stages), so the latter was consumed first. (Four warps beside
+// three warpgroups would break both: the tile four back would belong to another warpgroup.)
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
-//   warpgroup 0           producers: each warp walks the segment and loads every fourth key tile
-//                         (one warp's per-tile bookkeeping, a chain of dependent instructions,
-//                         cannot issue tiles as fast as HBM delivers them), its lanes looking up
-//                         the block ids of its next 32 tiles at once (the 32 after those already
-//                         in flight), lane 0 issuing the TMA boxes of kKeyBoxRows rows (or, for
-//                         block strides TMA cannot express, every lane 4-byte cp.async with the
-//                         same swizzle); warp 0 also loads q / weights per group, warp 1 first
+//   warpgroup 0           producers: each loading warp (loading_warps: four, or three beside
+//                         three math warpgroups) walks the segment and loads every fourth (third)
+//                         key tile (one warp's per-tile bookkeeping, a chain of dependent
+//                         instructions, cannot issue tiles as fast as HBM delivers them), its
+//                         lanes looking up the block ids of its next 32 tiles at once (the 32
+//                         after those already in flight), lane 0 issuing the TMA boxes of
+//                         kKeyBoxRows rows (or, for block strides TMA cannot express, every lane
+//                         4-byte cp.async with the same swizzle); warp 0 also loads q / weights
+//                         per group, warp 1 first
 //                         prefetches into L2 what the producers read per group (block-table
 //                         entries, q, weights). Then all four clean (clean_logits): -inf over
 //                         every row's columns from its length rounded up to a tile to
@@ -228,14 +235,15 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
   }
 }
 
-// A producer warp's loop: its own tiles (every kProducerWarps-th slot), their block ids looked up
-// 32 tiles at a time, one tile per lane, with the next 32 requested while these are issued.
+// A loading warp's loop: its own tiles (every kLoaders-th slot), their block ids looked up 32
+// tiles at a time, one tile per lane, with the next 32 requested while these are issued.
 template <int D, int H, int kMmaRows, bool kTma, int kBlocksPerTile>
 __device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
-  constexpr int kWindowSlots = 32 * kProducerWarps;
+  constexpr int kLoaders = loading_warps(math_warpgroups(kMmaRows, H));
+  constexpr int kWindowSlots = 32 * kLoaders;
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int block_limit = static_cast<int>(min64(p.num_blocks, INT32_MAX));
-  DealtRingPosition<kProducerWarps> turn(producer);
+  DealtRingPosition<kLoaders> turn(producer);
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
@@ -246,7 +254,7 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
     }
     int window_start = turn.next;
-    const int lane_slot = kProducerWarps * lane;
+    const int lane_slot = kLoaders * lane;
     auto window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries, window_start + lane_slot);
     auto next_window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries,
                                                       window_start + kWindowSlots + lane_slot);
@@ -491,7 +499,9 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     lower_register_budget<kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32);
     if (warp == 1) prefetch_segment<H, kMmaRows>(params, D, static_cast<int>(threadIdx.x % 32));
-    run_producer<D, H, kMmaRows>(params, s, warp);
+    if (warp < loading_warps(math_warpgroups(kMmaRows, H))) {
+      run_producer<D, H, kMmaRows>(params, s, warp);
+    }
     run_cleaner(params, warp);
   } else {
     raise_register_budget<math_registers(math_warpgroups(kMmaRows, H))>();

@@ -39,8 +39,8 @@ inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous o
 inline constexpr int kScaleBytes = 4;
 
 inline constexpr int kWarpsPerWarpgroup = 4;
-// The producer warpgroup: its warps split the key tiles (tile k by warp k % kProducerWarps), then
-// clean.
+// The producer warpgroup: loading_warps of its warps split the key tiles (tile k by warp
+// k % loading_warps), then all of them clean.
 inline constexpr int kProducerWarps = kWarpsPerWarpgroup;
 inline constexpr int kCleanerWarps = kWarpsPerWarpgroup;
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
@@ -106,6 +106,13 @@ static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
 __host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
   if (chunk_count(mma_rows, heads) > 1 || chunk_width(mma_rows, heads) > 128) return 2;
   return chunk_width(mma_rows, heads) <= 64 ? 4 : 3;
+}
+// Producer warps that load key tiles beside `math_warpgroups` consumers: as many as there are
+// math warpgroups where that is three or four (with a stage count their multiple, one warp then
+// loads every tile of a stage), four beside two (paged_kernel.cuh, Pipeline, says why each keeps
+// a stage's refills in the order its parity waits can tell apart).
+__host__ __device__ constexpr int loading_warps(int math_warpgroups) {
+  return math_warpgroups == 2 ? kProducerWarps : math_warpgroups;
 }
 // Whether the math warps keep their lane's weights of a group in registers (at most 32 floats:
 // one chunk of at most 128 columns, and 16-byte weight loads, H >= 16).
