@@ -101,8 +101,9 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
 
   // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
   launch_programmatic(kernel, dim3(static_cast<unsigned>(problem.schedule_workers)),
-                      dim3(paged::kernel_threads(kMmaRows, H)), static_cast<std::size_t>(smem_bytes), stream,
-                      "paged_logits_kernel launch", params);
+                      dim3(paged::kernel_threads(kMmaRows, H)),
+                      static_cast<std::size_t>(smem_bytes), stream, "paged_logits_kernel launch",
+                      params);
 }
 
 }  // namespace mqa_logits::cuda_backend

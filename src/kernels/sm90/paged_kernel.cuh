@@ -284,14 +284,15 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
 // its own state and constants.
 template <int D, int H, int kMmaRows>
 __device__ void run_producer(const PagedParams& p, const SharedState& s, int producer) {
+  const bool one_block = tile_blocks(p.block_kv) == 1;
   if (p.kv_tma) {
-    if (p.block_kv == kTileKeys) {
+    if (one_block) {
       produce<D, H, kMmaRows, true, 1>(p, s, producer);
     } else {
       produce<D, H, kMmaRows, true, 2>(p, s, producer);
     }
   } else {
-    if (p.block_kv == kTileKeys) {
+    if (one_block) {
       produce<D, H, kMmaRows, false, 1>(p, s, producer);
     } else {
       produce<D, H, kMmaRows, false, 2>(p, s, producer);

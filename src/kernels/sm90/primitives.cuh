@@ -237,14 +237,16 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
     MQA_SM90_WGMMA_E4M3("m64n128k32",
                         MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3,
-                        "%64", "%65", "%66", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%64", "%65", "%66",
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48));
   } else if constexpr (N == 192) {
     MQA_SM90_WGMMA_E4M3("m64n192k32",
                         MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
                                 MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5,
-                        "%96", "%97", "%98", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%96", "%97", "%98",
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80));
   } else {
     MQA_SM90_WGMMA_E4M3("m64n256k32",
@@ -252,7 +254,8 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
                             MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
                                 MQA_SM90_ACC_PLACEHOLDERS_4 MQA_SM90_ACC_PLACEHOLDERS_5
                                     MQA_SM90_ACC_PLACEHOLDERS_6 MQA_SM90_ACC_PLACEHOLDERS_7,
-                        "%128", "%129", "%130", MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
+                        "%128", "%129", "%130",
+                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48), MQA_SM90_ACC16(d, 64), MQA_SM90_ACC16(d, 80),
                         MQA_SM90_ACC16(d, 96), MQA_SM90_ACC16(d, 112));
   }
