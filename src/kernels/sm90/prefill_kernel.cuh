@@ -310,7 +310,9 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
 
   // ==================================== math + epilogue ====================================
   raise_register_budget<T::kMathRegisters>();
-  const int math_wg = warp / 4 - 1;
+  // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the wgmma descriptors
+  // derived from it then live in uniform registers.
+  const int math_wg = __shfl_sync(0xffffffffu, warp / 4 - 1, 0);
   const int group = math_wg / 2;                    // query group of the block
   const int half = math_wg % 2;                     // 64-key half of every tile
   const int quad_row = (warp % 4) * 16 + lane / 4;  // key row (r = 0) inside the half
