@@ -16,11 +16,12 @@
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
 //                          head reduction, the quad shuffles, the key scale and the stores, while
 //                          the other three warpgroups' MMAs keep the tensor cores busy.
-// Registers (setmaxnreg): 56 for warpgroup 0, 104 for the math warpgroups.
+// Registers (setmaxnreg): 56 for warpgroup 0, 104 for the math warpgroups (64 accumulators and
+// the lane's 32 weights of the block among them).
 // Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
 // warp arrives on kv_empty once its MMA has read the stage), q_full / q_empty per Q buffer.
 // Shared memory (D = 128): Q 2 x 32 KiB, K 8 x 16 KiB, key scales 8 x 640 B, per-warp weights
-// and output rows 16 x (576 + 32 * kGroupQ) B, barriers: 206-214 KiB.
+// (staged once per block) and output rows 16 x (576 + 32 * kGroupQ) B, barriers: 206-214 KiB.
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
@@ -89,10 +90,11 @@ struct PrefillTiling {
   static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
-  // Each math warp keeps what it needs of its block's query group in shared memory rather than
-  // in registers: the weights, laid out so that lane l reads its 32 (16 column pairs) as 8
-  // float4 at row l % 4 (rows padded to spread the banks), then one OutputRow per query row.
+  // Each math warp's state for its block's query group in shared memory: the weights, laid out
+  // so that lane l reads its 32 (16 column pairs) as 8 float4 at row l % 4 (rows padded to spread
+  // the banks) into registers once per block, then one OutputRow per query row.
   static constexpr int kWeightRowFloats = 36;
+  static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
   static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
   static constexpr int kSmemBytes = kQBuffers * kQBytes +
@@ -323,6 +325,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
   float acc[64];
+  float4 lane_weights[T::kLaneWeightFours];  // this lane's weights of the block (see below)
 
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
     const int tile_end = min(s.end_item, s.tiles);
@@ -348,6 +351,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     }
     if (lane < T::kGroupQ) group_rows[lane] = output_row(p, row0 + lane);
     __syncwarp();
+#pragma unroll
+    for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
 
     // One arrival per warp once all its lanes are done with the buffer.
     auto release = [&](Barrier& empty) {
@@ -378,7 +383,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
 #pragma unroll
       for (int j = 0; j < 16; j += 2) {
-        const float4 w = my_weights[j / 2];
+        const float4 w = lane_weights[j / 2];
         const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
