@@ -114,10 +114,12 @@ __host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
 __host__ __device__ constexpr int loading_warps(int math_warpgroups) {
   return math_warpgroups == 2 ? kProducerWarps : math_warpgroups;
 }
-// Whether the math warps keep their lane's weights of a group in registers (at most 32 floats:
-// one chunk of at most 128 columns, and 16-byte weight loads, H >= 16).
+// Whether the math warps keep their lane's weights of a group in registers (a quarter of its
+// columns: 32 floats beside three or four math warpgroups; 64 beside two, for up to 4 rows of 256
+// columns in all: more rows spill their store bookkeeping), and 16-byte weight loads, H >= 16.
 __host__ __device__ constexpr bool weights_in_registers(int mma_rows, int heads) {
-  return math_warpgroups(mma_rows, heads) > 2 && heads >= 16;
+  return heads >= 16 &&
+         (math_warpgroups(mma_rows, heads) > 2 || (mma_rows <= 4 && mma_rows * heads <= 256));
 }
 __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
   return 128 * (1 + math_warpgroups(mma_rows, heads));
