@@ -48,11 +48,11 @@
 // registers between its warps, and an increase the pool cannot cover blocks forever. So
 // warpgroup 0 drops to 56 and the math warpgroups rise to 104 (four: 32 accumulators and 16
 // weights a thread), 152 (three: 64 accumulators and 32 weights) or 224 (two: up to 128
-// accumulators, weights read from shared memory per tile; below 224 ptxas serializes the wgmma
-// pipeline of the two-chunk instances). Weights in registers spare the per-tile shared-memory
-// loads, which contend with the wgmma operand reads. Each instance is compiled for groups of up
-// to kMmaRows rows, so its wgmma shapes are constants (a shape picked at run time serializes the
-// pipeline too).
+// accumulators and, for groups of up to 4 rows, 64 weights; beyond, weights read from shared
+// memory per tile; below 224 ptxas serializes the wgmma pipeline of the two-chunk instances).
+// Weights in registers spare the per-tile shared-memory loads, which contend with the wgmma
+// operand reads. Each instance is compiled for groups of up to kMmaRows rows, so its wgmma shapes
+// are constants (a shape picked at run time serializes the pipeline too).
 //
 // Shared memory (make_smem_layout): 2 x (q slot + weight slot) + one fp32 weight copy per math
 // warpgroup + stages x (64 x D key bytes + 256 bytes of scales + 4) + barriers, filling the
