@@ -99,10 +99,9 @@ static_assert(mma_rows_for(1, 64) == 1 && mma_rows_for(3, 32) == 4 && mma_rows_f
 static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
 
 // Math warpgroups of an instance (tiles go round-robin to them): as many as the register file
-// holds with each one's accumulators and, where the group's columns are one chunk of at most 128,
-// its lane's weights in registers (weights_in_registers): four for at most 64 columns (32
-// accumulators a thread), three for at most 128 (64), else two (up to 128 accumulators, the
-// weights read from shared memory).
+// holds with each one's accumulators and its lane's weights (weights_in_registers says where they
+// live): four for at most 64 columns (32 accumulators a thread), three for at most 128 (64), else
+// two (up to 128).
 __host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
   if (chunk_count(mma_rows, heads) > 1 || chunk_width(mma_rows, heads) > 128) return 2;
   return chunk_width(mma_rows, heads) <= 64 ? 4 : 3;
