@@ -492,8 +492,11 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   }
   __syncthreads();
   // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no
-  // global memory is touched before this point.
+  // global memory is touched before this point. The trigger lets a kernel launched after this one
+  // the same way place its CTAs (and run its prologue) on SMs as soon as ours leave them, instead
+  // of after the whole grid; it still waits for this grid's completion before it reads anything.
   cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
 
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
   if (warpgroup == 0) {
