@@ -71,6 +71,7 @@
 
 #include <cstdint>
 
+#include "kernels/fill_row.cuh"
 #include "kernels/sm90/paged_epilogue.cuh"
 #include "kernels/sm90/paged_plan.cuh"
 #include "kernels/sm90/primitives.cuh"
@@ -332,28 +333,6 @@ __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   });
 }
 
-// -inf over columns [begin, end) of output row `row`; `begin` is a multiple of 64 (so 16-byte
-// aligned: rows start 16-byte aligned), the tail past the last whole vector is stored singly.
-__device__ inline void fill_negative_infinity(const PagedParams& p, std::int64_t row,
-                                              std::int64_t begin, std::int64_t end, int lane) {
-  const int element_bytes = p.logits_bf16 ? 2 : 4;
-  const std::int64_t per_vector = 16 / element_bytes;
-  auto* out = static_cast<std::uint8_t*>(p.logits) + row * p.logits_row_stride * element_bytes;
-  const std::uint32_t word = p.logits_bf16 ? 0xff80ff80u : 0xff800000u;  // -inf, -inf pairs
-  const uint4 pattern = make_uint4(word, word, word, word);
-  const std::int64_t vectors = (end - begin) / per_vector;
-  for (std::int64_t v = lane; v < vectors; v += 32) {
-    *reinterpret_cast<uint4*>(out + (begin + v * per_vector) * element_bytes) = pattern;
-  }
-  for (std::int64_t col = begin + vectors * per_vector + lane; col < end; col += 32) {
-    if (p.logits_bf16) {
-      reinterpret_cast<std::uint16_t*>(out)[col] = static_cast<std::uint16_t>(word);
-    } else {
-      reinterpret_cast<std::uint32_t*>(out)[col] = word;
-    }
-  }
-}
-
 __device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
   if (!p.clean_logits || p.max_context_len == 0) return;
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -368,7 +347,11 @@ __device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
         schedule::ceil_div(output_row_key_count(p, static_cast<int>(row)), kTileKeys) * kTileKeys;
     const std::int64_t begin = max64(written, part * kCleanChunkCols);
     const std::int64_t end = min64((part + 1) * kCleanChunkCols, p.max_context_len);
-    if (begin < end) fill_negative_infinity(p, row, begin, end, lane);
+    if (begin < end) {
+      void* logits_row = static_cast<char*>(p.logits) +
+                         row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
+      kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, begin, end, lane, 32);
+    }
   }
 }
 

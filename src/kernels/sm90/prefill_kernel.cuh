@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/fill_row.cuh"
 #include "kernels/sm90/primitives.cuh"
 #include "schedule.hpp"
 
@@ -174,14 +175,6 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
-__device__ __forceinline__ void store_logit(const PrefillParams& p, std::int64_t offset, float v) {
-  if (p.logits_bf16) {
-    static_cast<__nv_bfloat16*>(p.logits)[offset] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<float*>(p.logits)[offset] = v;
-  }
-}
-
 // Columns of `row` that tiles [lo, lo + 128 * tiles) of its block write.
 __device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int64_t row,
                                                 const BlockSpan& s, std::int64_t& first,
@@ -191,24 +184,6 @@ __device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int
   last = s.tiles > 0 ? s.lo + std::int64_t{schedule::kPrefillTileKV} * s.tiles - shift : 0;
   first = max(std::int64_t{0}, min(first, p.out_cols));
   last = max(first, min(last, p.out_cols));
-}
-
-// -inf into columns [a, b) of one row, 16-byte stores where aligned; `threads` threads stride.
-__device__ __forceinline__ void fill_neg_inf(const PrefillParams& p, std::int64_t row,
-                                             std::int64_t a, std::int64_t b, int thread, int threads) {
-  const int vector_shift = p.logits_bf16 ? 3 : 2;  // log2(elements per 16 bytes)
-  const std::int64_t vector_mask = (std::int64_t{1} << vector_shift) - 1;
-  const std::int64_t base = row * p.logits_row_stride;  // rows start 16-byte aligned
-  const std::int64_t body_a = min(b, (a + vector_mask) & ~vector_mask);
-  const std::int64_t body_b = max(body_a, b & ~vector_mask);
-  for (std::int64_t c = a + thread; c < body_a; c += threads) store_logit(p, base + c, neg_inf());
-  for (std::int64_t c = body_b + thread; c < b; c += threads) store_logit(p, base + c, neg_inf());
-  const std::uint32_t word = p.logits_bf16 ? 0xff80ff80u : 0xff800000u;  // -inf, in either dtype
-  const uint4 pattern = make_uint4(word, word, word, word);
-  auto* vectors = reinterpret_cast<uint4*>(static_cast<char*>(p.logits) +
-                                           ((base + body_a) << (p.logits_bf16 ? 1 : 2)));
-  const std::int64_t count = (body_b - body_a) >> vector_shift;
-  for (std::int64_t v = thread; v < count; v += threads) vectors[v] = pattern;
 }
 
 // One output row as the math warps see it: the address of the logit of key 0 (the row's
@@ -302,8 +277,15 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           if (row >= p.seq_len) break;
           std::int64_t first, last;
           covered_columns(p, row, s, first, last);
-          if (s.first_item == 0) fill_neg_inf(p, row, 0, first, thread, threads);
-          if (s.end_item == s.items) fill_neg_inf(p, row, last, p.out_cols, thread, threads);
+          void* logits_row = static_cast<char*>(p.logits) +
+                             row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
+          if (s.first_item == 0) {
+            kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, 0, first, thread, threads);
+          }
+          if (s.end_item == s.items) {
+            kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, last, p.out_cols, thread,
+                                                threads);
+          }
         }
       });
     }
