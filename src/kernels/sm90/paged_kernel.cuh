@@ -492,7 +492,9 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     run_cleaner(params, warp);
   } else {
     raise_register_budget<math_registers(math_warpgroups(kMmaRows, H))>();
-    run_math<D, H, kMmaRows>(params, s, warpgroup - 1);
+    // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the stage ring and the
+    // wgmma descriptors derived from it then live in uniform registers.
+    run_math<D, H, kMmaRows>(params, s, __shfl_sync(0xffffffffu, warpgroup - 1, 0));
   }
 }
 
