@@ -26,7 +26,7 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   sm90::PrefillParams params{};
   params.q_map = make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                     problem.seq_len * kNumHeads, kHeadDim, kHeadDim,
-                                    Tiling::kBlockN, kHeadDim, swizzle);
+                                    Tiling::kGroupN, kHeadDim, swizzle);
   params.kv_map = make_tensor_map_2d(kv, CU_TENSOR_MAP_DATA_TYPE_UINT8, keys, kHeadDim, kHeadDim,
                                      Tiling::kTileKV, kHeadDim, swizzle);
   params.kscale_map = make_tensor_map_1d(kv_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys,

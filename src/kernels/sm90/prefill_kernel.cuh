@@ -5,23 +5,31 @@
 // the MMA. A work item is one 128-key tile of one block; the four math warpgroups share it, math
 // warpgroup w taking query group w / 2 and 64-key half w % 2 of the tile:
 //     acc[64 keys x 128 (q, h)] = K_half[64 x D] * Q_group[128 x D]^T   (wgmma m64n128k32 e4m3)
-// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]).
+// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]). At H = 64 the relu
+// is |x| plus a linear half that the MMA computes in 8 more columns (m64n136k32; the folded query
+// rows of prefill_folded_query.cuh, term s of query q with multiplier m[q, s]):
+//     logit[q, key] = kscale[key] * (sum_h (w[q, h] / 2) |acc[key, (q, h)]|
+//                                    + sum_s m[q, s] acc[key, (q, s)]).
 //
 // Warp roles (640 threads, one CTA per SM, persistent):
 //   warpgroup 0, warp 0    producer: TMA loads of Q blocks (2 buffers) and K tiles + key scales
 //                          (kStages-deep ring).
-//   warpgroup 0, warps 1-3 cleaner: with clean_logits, writes -inf to the columns of each row that
-//                          no tile of its block covers (outside [lo, lo + 128 * tiles)), so the
-//                          main loop never waits on it.
+//   warpgroup 0, warps 1-3 folders (H = 64): once a block's Q rows land, its queries' folded
+//                          rows and multipliers, then q_ready; this overlaps the previous block.
+//                          cleaners: with clean_logits, -inf to the columns of each row that no
+//                          tile of its block covers (outside [lo, lo + 128 * tiles)), so the main
+//                          loop never waits on it.
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
 //                          head reduction, the quad shuffles, the key scale and the stores, while
 //                          the other three warpgroups' MMAs keep the tensor cores busy.
-// Registers (setmaxnreg): 56 for warpgroup 0, 104 for the math warpgroups (64 accumulators and
-// the lane's 32 weights of the block among them).
+// Registers (setmaxnreg): 56 for warpgroup 0 and 104 for the math warpgroups (64 accumulators
+// and the lane's 32 weights of the block among them); at H = 64 32 and 112 (68 accumulators).
 // Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
-// warp arrives on kv_empty once its MMA has read the stage), q_full / q_empty per Q buffer.
-// Shared memory (D = 128): Q 2 x 32 KiB, K 8 x 16 KiB, key scales 8 x 640 B, per-warp weights
-// (staged once per block) and output rows 16 x (576 + 32 * kGroupQ) B, barriers: 206-214 KiB.
+// warp arrives on kv_empty once its MMA has read the stage); per Q buffer q_full (TMA), q_ready
+// (folded, H = 64) and q_empty.
+// Shared memory (D = 128): Q 2 x 2 groups x (128 + 8 folded) rows x 128 B, K 8 x 16 KiB, key
+// scales 8 x 640 B, per-warp weights (staged once per block) and output rows
+// 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB.
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
@@ -35,13 +43,14 @@
 #include <type_traits>
 
 #include "kernels/fill_row.cuh"
+#include "kernels/sm90/prefill_folded_query.cuh"
 #include "kernels/sm90/primitives.cuh"
 #include "schedule.hpp"
 
 namespace mqa_logits::sm90 {
 
 struct PrefillParams {
-  CUtensorMap q_map;       // [S * H, D] bytes, box 256 x D
+  CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
   CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
   CUtensorMap kscale_map;  // [T] fp32, box 132 (from the 16-byte aligned key at or below a tile)
   const void* weights;     // [S, H] fp32 or bf16
@@ -64,9 +73,16 @@ struct PrefillParams {
 template <int kHeadDim, int kNumHeads>
 struct PrefillTiling {
   static constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
-  static constexpr int kBlockN = kBlockQ * kNumHeads;  // Q tile rows
+  static constexpr int kBlockN = kBlockQ * kNumHeads;  // (query, head) rows of a block
   static constexpr int kGroupQ = kBlockQ / 2;           // query rows per query group
-  static constexpr int kGroupN = kGroupQ * kNumHeads;   // MMA columns per math warpgroup
+  static constexpr int kGroupN = kGroupQ * kNumHeads;   // (query, head) columns of a group
+  // H = 64: relu as |x| plus a folded linear half (prefill_folded_query.cuh), kFoldTerms more
+  // MMA columns per query. Below, a group has more queries: their folded columns would not fit
+  // the registers beside the accumulators and weights (H = 32), or cost more tensor time than
+  // the relu they save (H <= 16: 32 or 64 columns).
+  static constexpr bool kFoldLinear = kNumHeads == 64;
+  static constexpr int kFoldedColumns = kFoldLinear ? kFoldTerms * kGroupQ : 0;
+  static constexpr int kMmaN = kGroupN + kFoldedColumns;  // MMA columns per math warpgroup
   static constexpr int kTileKV = schedule::kPrefillTileKV;
   static constexpr int kKeysPerMma = 64;  // keys per wgmma (M); a tile is two halves
   static constexpr int kMathWarpgroups = 4;  // (query group, key half) = divmod(warpgroup, 2)
@@ -74,14 +90,17 @@ struct PrefillTiling {
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
   // Register budgets: the CTA starts with launch_registers(640) = 96 per thread; the producer
-  // warpgroup gives back 40 per thread, which lifts the math warpgroups to 104.
-  static constexpr int kProducerRegisters = 56;
-  static constexpr int kMathRegisters = 104;
+  // warpgroup gives back 40 per thread, which lifts the math warpgroups to 104, or at H = 64
+  // (4 more accumulators) 64, which lifts them to 112.
+  static constexpr int kProducerRegisters = kFoldLinear ? 32 : 56;
+  static constexpr int kMathRegisters = kFoldLinear ? 112 : 104;
   static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
                 kThreads * launch_registers(kThreads));
   static constexpr int kStages = 8;
   static constexpr int kQBuffers = 2;
-  static constexpr int kQBytes = kBlockN * kHeadDim;
+  static constexpr int kGroupBytes = kMmaN * kHeadDim;  // a group's Q tile, folded rows last
+  static constexpr int kQBytes = 2 * kGroupBytes;
+  static constexpr int kMultiplierFloats = kFoldLinear ? kBlockQ * kFoldTerms : 0;  // per buffer
   static constexpr int kKVBytes = kTileKV * kHeadDim;
   // Key scales of a tile, loaded from the 16-byte aligned key at or below its first key (TMA
   // needs the inner box offset 16-byte aligned): up to 3 leading extra scales.
@@ -98,11 +117,15 @@ struct PrefillTiling {
   static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
   static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
+  static constexpr int kFoldWarps = 3;  // warps 1-3 of warpgroup 0
   static constexpr int kSmemBytes = kQBuffers * kQBytes +
                                     kStages * (kKVBytes + kScaleStride) +
                                     kMathWarps * kWarpStateBytes +
-                                    8 * (2 * kStages + 2 * kQBuffers);
-  static_assert(kGroupN == 128, "the MMA is m64n128");
+                                    kQBuffers * kMultiplierFloats * 4 +
+                                    8 * (2 * kStages + 3 * kQBuffers);
+  static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
+  static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024);
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
 };
 
@@ -175,6 +198,14 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
+// Weight of head `head` of query row `row`, as fp32; 0 past S.
+__device__ __forceinline__ float query_weight(const PrefillParams& p, std::int64_t row, int head) {
+  if (row >= p.seq_len) return 0.f;
+  const std::int64_t at = row * p.weights_row_stride + head;
+  return p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
+                        : static_cast<const float*>(p.weights)[at];
+}
+
 // Columns of `row` that tiles [lo, lo + 128 * tiles) of its block write.
 __device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int64_t row,
                                                 const BlockSpan& s, std::int64_t& first,
@@ -207,6 +238,24 @@ __device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int
           shift, static_cast<int>(end_key)};
 }
 
+// Warps 1-3 (kFoldLinear): the folded rows and multipliers of block `block`'s queries into its Q
+// buffer `q_tile` and `multipliers` (term s of block query q at [s * kBlockQ + q]), once the
+// buffer's TMA rows have landed.
+template <typename T, int kHeadDim, int kNumHeads>
+__device__ void fold_block(const PrefillParams& p, int block, std::uint8_t* q_tile,
+                           float* multipliers, int fold_warp, int lane) {
+  for (int query = fold_warp; query < T::kBlockQ; query += T::kFoldWarps) {
+    const std::int64_t row = static_cast<std::int64_t>(block) * T::kBlockQ + query;
+    float half_w[kNumHeads / 32];
+#pragma unroll
+    for (int i = 0; i < kNumHeads / 32; ++i) half_w[i] = 0.5f * query_weight(p, row, lane + 32 * i);
+    fold_query<kHeadDim, kNumHeads, T::kGroupN>(q_tile + query / T::kGroupQ * T::kGroupBytes,
+                                                query % T::kGroupQ, half_w, multipliers + query,
+                                                T::kBlockQ, lane);
+  }
+  fence_async_proxy_shared();  // the folded rows are read by wgmma, in the async proxy
+}
+
 template <int kHeadDim, int kNumHeads>
 __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 1)
     prefill_logits_kernel(const __grid_constant__ PrefillParams p) {
@@ -219,10 +268,12 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   std::uint8_t* kv_tiles = q_tiles + T::kQBuffers * T::kQBytes;
   std::uint8_t* scale_tiles = kv_tiles + T::kStages * T::kKVBytes;
   std::uint8_t* warp_states = scale_tiles + T::kStages * T::kScaleStride;
-  Barrier* kv_full = reinterpret_cast<Barrier*>(warp_states + T::kMathWarps * T::kWarpStateBytes);
+  auto* multipliers = reinterpret_cast<float*>(warp_states + T::kMathWarps * T::kWarpStateBytes);
+  Barrier* kv_full = reinterpret_cast<Barrier*>(multipliers + T::kQBuffers * T::kMultiplierFloats);
   Barrier* kv_empty = kv_full + T::kStages;
-  Barrier* q_full = kv_empty + T::kStages;
-  Barrier* q_empty = q_full + T::kQBuffers;
+  Barrier* q_full = kv_empty + T::kStages;   // TMA rows landed
+  Barrier* q_ready = q_full + T::kQBuffers;  // and folded (kFoldLinear)
+  Barrier* q_empty = q_ready + T::kQBuffers;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -236,6 +287,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     }
     for (int s = 0; s < T::kQBuffers; ++s) {
       q_full[s].init(1);
+      q_ready[s].init(T::kFoldWarps);
       q_empty[s].init(T::kMathWarps);
     }
     ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
@@ -253,8 +305,11 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
         if (s.first_item >= tile_end) return;
         if (lane == 0) {
           q_empty[qb.stage].wait(qb.phase ^ 1);
-          q_full[qb.stage].arrive_expect_bytes(T::kQBytes);
-          tma_load_2d(q_tiles + qb.stage * T::kQBytes, &p.q_map, 0, s.block * T::kBlockN, &q_full[qb.stage]);
+          q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
+          for (int g = 0; g < 2; ++g) {
+            tma_load_2d(q_tiles + qb.stage * T::kQBytes + g * T::kGroupBytes, &p.q_map, 0,
+                        s.block * T::kBlockN + g * T::kGroupN, &q_full[qb.stage]);
+          }
         }
         qb.advance();
         for (int t = s.first_item; t < tile_end; ++t) {
@@ -269,9 +324,23 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           kv.advance();
         }
       });
-    } else if (p.clean_logits) {
+    } else if (T::kFoldLinear || p.clean_logits) {
+      // Warps 1-3: each block's folded query rows once its Q rows land, then its -inf columns.
+      RingPosition<T::kQBuffers> qb;
       const int thread = threadIdx.x - 32, threads = 96;
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
+        if constexpr (T::kFoldLinear) {
+          if (s.first_item < min(s.end_item, s.tiles)) {  // the producer loads its Q rows
+            q_full[qb.stage].wait(qb.phase);
+            fold_block<T, kHeadDim, kNumHeads>(p, s.block, q_tiles + qb.stage * T::kQBytes,
+                                               multipliers + qb.stage * T::kMultiplierFloats,
+                                               warp - 1, lane);
+            __syncwarp();
+            if (lane == 0) q_ready[qb.stage].arrive();
+            qb.advance();
+          }
+        }
+        if (!p.clean_logits) return;
         for (int q = 0; q < kBlockQ; ++q) {
           const std::int64_t row = static_cast<std::int64_t>(s.block) * kBlockQ + q;
           if (row >= p.seq_len) break;
@@ -306,7 +375,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   auto* group_rows = reinterpret_cast<OutputRow*>(warp_state + T::kWeightBytes);
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
-  float acc[64];
+  float acc[T::kMmaN / 2];
   float4 lane_weights[T::kLaneWeightFours];  // this lane's weights of the block (see below)
 
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
@@ -315,7 +384,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + group * T::kGroupQ;
 
     // Weights of MMA column n = 8j + 2(lane % 4) + c, (q, h) = divmod(n, H), stored as
-    // warp_weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0], w[j + 1][1]} (j even).
+    // warp_weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0], w[j + 1][1]} (j even);
+    // halved where the relu is |x| plus the folded half.
     __syncwarp();  // the previous block's state is no longer read
     {
       const int j0 = 2 * (lane / 4);
@@ -323,11 +393,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int n = 8 * (j0 + i / 2) + 2 * (lane % 4) + i % 2;
-        const std::int64_t row = row0 + n / kNumHeads;
-        const std::int64_t at = row * p.weights_row_stride + n % kNumHeads;
-        v[i] = row >= p.seq_len ? 0.f
-               : p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
-                                : static_cast<const float*>(p.weights)[at];
+        const float scale = T::kFoldLinear ? 0.5f : 1.f;
+        v[i] = scale * query_weight(p, row0 + n / kNumHeads, n % kNumHeads);
       }
       warp_weights[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] = make_float4(v[0], v[1], v[2], v[3]);
     }
@@ -341,15 +408,20 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       __syncwarp();
       if (lane == 0) empty.arrive();
     };
-    const std::uint8_t* q_group = q_tiles + qb.stage * T::kQBytes + group * T::kGroupN * kHeadDim;
-    q_full[qb.stage].wait(qb.phase);
+    const std::uint8_t* q_group = q_tiles + qb.stage * T::kQBytes + group * T::kGroupBytes;
+    (T::kFoldLinear ? q_ready : q_full)[qb.stage].wait(qb.phase);
+    // kFoldLinear: the multipliers of the lane's folded columns (term lane % 4 of the group's
+    // queries), read per tile: registers are short.
+    const auto* lane_multipliers = reinterpret_cast<const float2*>(
+        multipliers + qb.stage * T::kMultiplierFloats + (lane % 4) * T::kBlockQ +
+        group * T::kGroupQ);
 
     for (int t = s.first_item; t < tile_end; ++t) {
       const int stage = kv.stage;
       kv_full[stage].wait(kv.phase);
       kv.advance();
       const std::uint8_t* keys = kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
-      wgmma_tile_e4m3_n<T::kGroupN, kHeadDim>(acc, keys, q_group);
+      wgmma_tile_e4m3_n<T::kMmaN, kHeadDim>(acc, keys, q_group);
       wgmma_wait<0>();
       fence_accumulators(acc);
 
@@ -374,9 +446,23 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           for (int r = 0; r < 2; ++r) {
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-              partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], fmaxf(acc[4 * (j + jj) + 2 * r + c], 0.f),
-                                                 partial[r * T::kGroupQ + q]);
+              const float x = acc[4 * (j + jj) + 2 * r + c];
+              const float y = T::kFoldLinear ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
+              partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
             }
+          }
+        }
+      }
+      if constexpr (T::kFoldLinear) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
+#pragma unroll
+        for (int j = 0; j < T::kGroupQ / 2; ++j) {
+          const float2 m = lane_multipliers[j];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            partial[r * T::kGroupQ + 2 * j] =
+                fmaf(m.x, acc[64 + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
+            partial[r * T::kGroupQ + 2 * j + 1] =
+                fmaf(m.y, acc[64 + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
           }
         }
       }
