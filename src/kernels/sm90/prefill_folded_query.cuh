@@ -60,6 +60,9 @@ __device__ __forceinline__ void fma_e4m3(std::uint32_t bytes, float w, float (&v
   }
 }
 
+// 2^e exactly, for e in [-126, 127].
+__device__ __forceinline__ float power_of_two(int e) { return __int_as_float((127 + e) << 23); }
+
 template <int kDims>
 __device__ __forceinline__ void store_bytes(std::uint8_t* at, std::uint32_t bytes) {
   if constexpr (kDims == 4) {
@@ -108,19 +111,23 @@ __device__ __forceinline__ void fold_query(std::uint8_t* group_tile, int query,
   largest = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(largest)));
   int exponent;  // largest in [2^(exponent - 1), 2^exponent), 0 for 0
   frexpf(largest, &exponent);
+  // Every shift below within [-126, 127]; only |v| < 2^-105 loses precision to the clamp.
+  constexpr int kLastShift = 8 + kTermShift * (kFoldTerms - 1);
+  exponent = max(exponent, kLastShift - 127);
 #pragma unroll
   for (int s = 0; s < kFoldTerms; ++s) {
     const int shift = 8 - exponent + kTermShift * s;  // term units: 2^-shift
+    const float up = power_of_two(shift), down = power_of_two(-shift);
     std::uint32_t bytes = 0;
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
-      const __nv_fp8_e4m3 term(ldexpf(v[i], shift));  // round to nearest, saturating
+      const __nv_fp8_e4m3 term(v[i] * up);  // round to nearest, saturating
       bytes |= static_cast<std::uint32_t>(term.__x) << (8 * i);
-      v[i] -= ldexpf(static_cast<float>(term), -shift);  // exact: the term is v's leading bits
+      v[i] -= static_cast<float>(term) * down;  // exact: the term is v's leading bits
     }
     const auto row = static_cast<std::uint32_t>(folded_row<kGroupN>(query, s));
     store_bytes<kDims>(group_tile + swizzled_offset<kHeadDim>(row * kHeadDim + dim0), bytes);
-    if (lane == 0) multipliers[s * term_stride] = ldexpf(1.f, -shift);
+    if (lane == 0) multipliers[s * term_stride] = down;
   }
 }
 

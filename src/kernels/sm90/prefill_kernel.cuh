@@ -12,13 +12,13 @@
 //                                    + sum_s m[q, s] acc[key, (q, s)]).
 //
 // Warp roles (640 threads, one CTA per SM, persistent):
-//   warpgroup 0, warp 0    producer: TMA loads of Q blocks (2 buffers) and K tiles + key scales
-//                          (kStages-deep ring).
-//   warpgroup 0, warps 1-3 folders (H = 64): once a block's Q rows land, its queries' folded
-//                          rows and multipliers, then q_ready; this overlaps the previous block.
-//                          cleaners: with clean_logits, -inf to the columns of each row that no
-//                          tile of its block covers (outside [lo, lo + 128 * tiles)), so the main
-//                          loop never waits on it.
+//   warpgroup 0, warp 0    producer: TMA loads of K tiles + key scales (kStages-deep ring).
+//   warpgroup 0, warps 1-3 query warps: warp 1 loads each block's Q rows by TMA (2 buffers) as
+//                          soon as a buffer is free; at H = 64 all three then fold the block's
+//                          queries (folded rows and multipliers, then q_ready) while the previous
+//                          block computes. Cleaners: with clean_logits, -inf to the columns of
+//                          each row that no tile of its block covers (outside
+//                          [lo, lo + 128 * tiles)), so the main loop never waits on it.
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
 //                          head reduction, the quad shuffles, the key scale and the stores, while
 //                          the other three warpgroups' MMAs keep the tensor cores busy.
@@ -299,19 +299,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     lower_register_budget<T::kProducerRegisters>();
     if (warp == 0) {
       RingPosition<T::kStages> kv;
-      RingPosition<T::kQBuffers> qb;
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
         const int tile_end = min(s.end_item, s.tiles);
-        if (s.first_item >= tile_end) return;
-        if (lane == 0) {
-          q_empty[qb.stage].wait(qb.phase ^ 1);
-          q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
-          for (int g = 0; g < 2; ++g) {
-            tma_load_2d(q_tiles + qb.stage * T::kQBytes + g * T::kGroupBytes, &p.q_map, 0,
-                        s.block * T::kBlockN + g * T::kGroupN, &q_full[qb.stage]);
-          }
-        }
-        qb.advance();
         for (int t = s.first_item; t < tile_end; ++t) {
           if (lane == 0) {
             const int key0 = static_cast<int>(s.lo) + t * T::kTileKV;
@@ -324,21 +313,31 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           kv.advance();
         }
       });
-    } else if (T::kFoldLinear || p.clean_logits) {
-      // Warps 1-3: each block's folded query rows once its Q rows land, then its -inf columns.
+    } else if (warp == 1 || T::kFoldLinear || p.clean_logits) {
+      // Warps 1-3: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
+      // previous one is done), its folded rows once they land (kFoldLinear; meanwhile the
+      // previous block computes), then its -inf columns (clean_logits).
       RingPosition<T::kQBuffers> qb;
       const int thread = threadIdx.x - 32, threads = 96;
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-        if constexpr (T::kFoldLinear) {
-          if (s.first_item < min(s.end_item, s.tiles)) {  // the producer loads its Q rows
+        if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
+          if (warp == 1 && lane == 0) {
+            q_empty[qb.stage].wait(qb.phase ^ 1);
+            q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
+            for (int g = 0; g < 2; ++g) {
+              tma_load_2d(q_tiles + qb.stage * T::kQBytes + g * T::kGroupBytes, &p.q_map, 0,
+                          s.block * T::kBlockN + g * T::kGroupN, &q_full[qb.stage]);
+            }
+          }
+          if constexpr (T::kFoldLinear) {
             q_full[qb.stage].wait(qb.phase);
             fold_block<T, kHeadDim, kNumHeads>(p, s.block, q_tiles + qb.stage * T::kQBytes,
                                                multipliers + qb.stage * T::kMultiplierFloats,
                                                warp - 1, lane);
             __syncwarp();
             if (lane == 0) q_ready[qb.stage].arrive();
-            qb.advance();
           }
+          qb.advance();
         }
         if (!p.clean_logits) return;
         for (int q = 0; q < kBlockQ; ++q) {
