@@ -7,6 +7,12 @@
 
 namespace mqa_logits::kernels {
 
+// Row `row` of a logits buffer whose rows are `row_stride` elements (fp32 or bf16) apart.
+__device__ inline void* logits_row(void* logits, std::int64_t row_stride, std::int64_t row,
+                                   bool bf16) {
+  return static_cast<char*>(logits) + row * row_stride * (bf16 ? 2 : 4);
+}
+
 // -inf into elements [begin, end) of the logits row starting at `row` (16-byte aligned, as every
 // output layout's rows are; fp32 or bf16 elements): 16-byte stores over the aligned body, single
 // elements before and after it. Thread `thread` of `threads` takes every threads-th store.

@@ -348,9 +348,8 @@ __device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
     const std::int64_t begin = max64(written, part * kCleanChunkCols);
     const std::int64_t end = min64((part + 1) * kCleanChunkCols, p.max_context_len);
     if (begin < end) {
-      void* logits_row = static_cast<char*>(p.logits) +
-                         row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
-      kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, begin, end, lane, 32);
+      void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
+      kernels::fill_row_negative_infinity(out, p.logits_bf16, begin, end, lane, 32);
     }
   }
 }

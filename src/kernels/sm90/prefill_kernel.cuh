@@ -39,6 +39,7 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -196,8 +197,6 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
   }
 }
 
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-
 // Weight of head `head` of query row `row`, as fp32; 0 past S.
 __device__ __forceinline__ float query_weight(const PrefillParams& p, std::int64_t row, int head) {
   if (row >= p.seq_len) return 0.f;
@@ -345,13 +344,12 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           if (row >= p.seq_len) break;
           std::int64_t first, last;
           covered_columns(p, row, s, first, last);
-          void* logits_row = static_cast<char*>(p.logits) +
-                             row * p.logits_row_stride * (p.logits_bf16 ? 2 : 4);
+          void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
           if (s.first_item == 0) {
-            kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, 0, first, thread, threads);
+            kernels::fill_row_negative_infinity(out, p.logits_bf16, 0, first, thread, threads);
           }
           if (s.end_item == s.items) {
-            kernels::fill_row_negative_infinity(logits_row, p.logits_bf16, last, p.out_cols, thread,
+            kernels::fill_row_negative_infinity(out, p.logits_bf16, last, p.out_cols, thread,
                                                 threads);
           }
         }
@@ -474,7 +472,8 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
         const OutputRow out = group_rows[(4 * i + lane % 4) % T::kGroupQ];
         const int key = tile_key0 + half_row + 8 * r;
         if (key < out.first_key || key >= out.end_key) continue;  // not a column of the output
-        const float v = key >= out.lo && key < out.hi ? sums[i] * (r ? kscale1 : kscale0) : neg_inf();
+        const bool inside = key >= out.lo && key < out.hi;
+        const float v = inside ? sums[i] * (r ? kscale1 : kscale0) : -INFINITY;
         if (p.logits_bf16) {
           reinterpret_cast<__nv_bfloat16*>(out.key0_address)[key] = __float2bfloat16_rn(v);
         } else {
