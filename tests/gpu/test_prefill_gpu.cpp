@@ -132,6 +132,27 @@ TEST_F(PrefillGpu, NoKeysCompressedStillCleans) {
 TEST_F(PrefillGpu, NoQueriesWritesNothing) { run_and_compare(edge(0, 128, WindowKind::kCausal, 7)); }
 TEST_F(PrefillGpu, DeepSeekShapedChunk) { run_and_compare(edge(512, 8192, WindowKind::kCausal, 8)); }
 
+// Seven heads in eight score every key strongly negative, the eighth strongly positive: the relu
+// discards most of each logit's head scores. At H = 64 the kernel computes the relu as |x| plus a
+// linear half on the tensor cores, which must then cancel the discarded heads to the bound.
+TEST_F(PrefillGpu, MostHeadsScoringNegative) {
+  auto spec = edge(96, 1500, WindowKind::kCausal, 11);
+  ASSERT_EQ(spec.num_heads, 64);
+  auto workload = support::make_prefill_workload(spec);
+  constexpr auto kSign = std::byte{0x80};
+  for (std::byte& key : workload.buffers[PrefillWorkload::kKv].bytes) key &= ~kSign;
+  auto& q = workload.buffers[PrefillWorkload::kQ].bytes;
+  const std::int64_t dim = spec.head_dim;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const bool positive_head = i / dim % 8 == 0;
+    q[i] = positive_head ? (q[i] & ~kSign) : (q[i] | kSign);
+  }
+  const auto device = gpu_test::upload(workload.buffers);
+  DeviceBuffer out(workload.logits_bytes());
+  const auto gpu = gpu_logits(workload, device, out);
+  gpu_test::expect_matches_cpu(workload, gpu, cpu_logits(workload));
+}
+
 TEST_F(PrefillGpu, RepeatedCallsAreBitwiseIdentical) {
   const auto workload = support::make_prefill_workload(edge(200, 3000, WindowKind::kRandom, 9));
   const auto device = gpu_test::upload(workload.buffers);
