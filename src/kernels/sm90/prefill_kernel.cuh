@@ -27,8 +27,8 @@
 // Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
 // warp arrives on kv_empty once its MMA has read the stage); per Q buffer q_full (TMA), q_ready
 // (folded, H = 64) and q_empty.
-// Shared memory (D = 128): Q 2 x 2 groups x (128 + 8 folded) rows x 128 B, K 8 x 16 KiB, key
-// scales 8 x 640 B, per-warp weights (staged once per block) and output rows
+// Shared memory (D = 128): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x 128 B, K 8 x
+// 16 KiB, key scales 8 x 640 B, per-warp weights (staged once per block) and output rows
 // 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB.
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
