@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   __syncthreads();
 
   if (warp < 4) {
-    // ================================ producer and cleaner ================================
+    // ======================== producer, query warps and cleaners ========================
     lower_register_budget<T::kProducerRegisters>();
     if (warp == 0) {
       RingPosition<T::kStages> kv;
