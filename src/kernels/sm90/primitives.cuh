@@ -197,8 +197,7 @@ __device__ __forceinline__ void define_registers(float (&r)[N]) {
 }
 
 // D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, e4m3 x e4m3 -> f32, both K-major in shared memory, for
-// N in {64, 128, 136, 144, 192, 256}; `d` may be longer than the N / 2 registers the instruction
-// writes.
+// N in {64, 128, 136, 192, 256}; `d` may be longer than the N / 2 registers the instruction writes.
 // Thread layout of D (per warp w of the warpgroup, lane l): d[4j + 2r + c] is row 16w + l/4 + 8r,
 // column 8j + 2(l % 4) + c.
 //
@@ -217,7 +216,6 @@ __device__ __forceinline__ void define_registers(float (&r)[N]) {
 #define MQA_SM90_ACC_PLACEHOLDERS_3 ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define MQA_SM90_ACC_PLACEHOLDERS_4 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
 #define MQA_SM90_ACC_PLACEHOLDERS_4_FIRST4 ", %64, %65, %66, %67"
-#define MQA_SM90_ACC_PLACEHOLDERS_4_FIRST8 ", %64, %65, %66, %67, %68, %69, %70, %71"
 #define MQA_SM90_ACC_PLACEHOLDERS_5 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define MQA_SM90_ACC_PLACEHOLDERS_6 ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
 #define MQA_SM90_ACC_PLACEHOLDERS_7 ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
@@ -231,8 +229,8 @@ __device__ __forceinline__ void define_registers(float (&r)[N]) {
 template <int N, int Size>
 __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint64_t desc_a,
                                                     std::uint64_t desc_b, bool accumulate) {
-  static_assert(N == 64 || N == 128 || N == 136 || N == 144 || N == 192 || N == 256,
-                "N must be 64, 128, 136, 144, 192 or 256");
+  static_assert(N == 64 || N == 128 || N == 136 || N == 192 || N == 256,
+                "N must be 64, 128, 136, 192 or 256");
   static_assert(2 * Size >= N, "the accumulator holds N / 2 registers per thread");
   const int scale_d = accumulate ? 1 : 0;
   if constexpr (N == 64) {
@@ -253,14 +251,6 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
                         "%68", "%69", "%70",
                         MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
                         MQA_SM90_ACC16(d, 48), MQA_SM90_ACC4(d, 64));
-  } else if constexpr (N == 144) {
-    MQA_SM90_WGMMA_E4M3("m64n144k32",
-                        MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
-                            MQA_SM90_ACC_PLACEHOLDERS_2 MQA_SM90_ACC_PLACEHOLDERS_3
-                                MQA_SM90_ACC_PLACEHOLDERS_4_FIRST8,
-                        "%72", "%73", "%74",
-                        MQA_SM90_ACC16(d, 0), MQA_SM90_ACC16(d, 16), MQA_SM90_ACC16(d, 32),
-                        MQA_SM90_ACC16(d, 48), MQA_SM90_ACC4(d, 64), MQA_SM90_ACC4(d, 68));
   } else if constexpr (N == 192) {
     MQA_SM90_WGMMA_E4M3("m64n192k32",
                         MQA_SM90_ACC_PLACEHOLDERS_0 MQA_SM90_ACC_PLACEHOLDERS_1
@@ -286,7 +276,6 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
 #undef MQA_SM90_ACC16
 #undef MQA_SM90_ACC4
 #undef MQA_SM90_ACC_PLACEHOLDERS_4_FIRST4
-#undef MQA_SM90_ACC_PLACEHOLDERS_4_FIRST8
 #undef MQA_SM90_ACC_PLACEHOLDERS_0
 #undef MQA_SM90_ACC_PLACEHOLDERS_1
 #undef MQA_SM90_ACC_PLACEHOLDERS_2
