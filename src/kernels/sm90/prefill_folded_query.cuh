@@ -9,8 +9,10 @@
 //     v ~= sum_s t_s * 2^-(a + kTermShift * s),
 // a placing max |v| in [128, 256) and each term carrying the rounding error of the ones before
 // (at most 8 in the units of its predecessor, 2^kTermShift coarser): after four terms the error
-// is below 2^-19 max |v|, finer than the tensor cores' own accumulation. The epilogue multiplies
-// the column of term s by 2^-(a + kTermShift * s) (its multiplier) and adds it to the head sum.
+// is below 2^-19 max |v|, finer than the tensor cores' own accumulation (the per-value steps are
+// in kernels/fold_terms.hpp; tests/gpu/test_fold_terms.cpp checks them on the CPU). The epilogue
+// multiplies the column of term s by 2^-(a + kTermShift * s) (its multiplier) and adds it to the
+// head sum.
 //
 // Numerics: the |x| sum carries the tensor cores' rounding of every head's score, where relu
 // drops that of the negative ones, and v . k adds its own; with random scores the logits match
@@ -29,12 +31,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/fold_terms.hpp"
 #include "kernels/sm90/primitives.cuh"
 
 namespace mqa_logits::sm90 {
 
-inline constexpr int kFoldTerms = 4;  // the 4 lanes of a quad: one term each
-inline constexpr int kTermShift = 5;  // max |v| in [128, 256): rounding error <= 8 = 256 / 2^5
+using kernels::kFoldTerms;
+using kernels::kTermShift;
 
 // Row of term `term` of query `query` (of its group) in the group's Q tile.
 template <int kGroupN>
@@ -65,9 +68,6 @@ __device__ __forceinline__ void fma_e4m3(std::uint32_t bytes, float w, float (&v
     if (i + 1 < kDims) v[i + 1] = fmaf(w, q.y, v[i + 1]);
   }
 }
-
-// 2^e exactly, for e in [-126, 127].
-__device__ __forceinline__ float power_of_two(int e) { return __int_as_float((127 + e) << 23); }
 
 template <int kDims>
 __device__ __forceinline__ void store_bytes(std::uint8_t* at, std::uint32_t bytes) {
@@ -115,21 +115,17 @@ __device__ __forceinline__ void fold_query(std::uint8_t* group_tile, int query,
   for (int i = 0; i < kDims; ++i) largest = fmaxf(largest, fabsf(v[i]));
   // Non-negative floats order as their bit patterns.
   largest = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(largest)));
-  int exponent;  // largest in [2^(exponent - 1), 2^exponent), 0 for 0
-  frexpf(largest, &exponent);
-  // Every shift below within [-126, 127]; only |v| < 2^-105 loses precision to the clamp.
-  constexpr int kLastShift = 8 + kTermShift * (kFoldTerms - 1);
-  exponent = max(exponent, kLastShift - 127);
+  const int first_shift = kernels::first_fold_shift(largest);
 #pragma unroll
   for (int s = 0; s < kFoldTerms; ++s) {
-    const int shift = 8 - exponent + kTermShift * s;  // term units: 2^-shift
-    const float up = power_of_two(shift), down = power_of_two(-shift);
+    const int shift = first_shift + kTermShift * s;  // term units: 2^-shift
+    const float up = kernels::power_of_two(shift), down = kernels::power_of_two(-shift);
     std::uint32_t bytes = 0;
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
-      const __nv_fp8_e4m3 term(v[i] * up);  // round to nearest, saturating
+      const __nv_fp8_e4m3 term = kernels::next_term(v[i], up);
       bytes |= static_cast<std::uint32_t>(term.__x) << (8 * i);
-      v[i] -= static_cast<float>(term) * down;  // exact: the term is v's leading bits
+      v[i] = kernels::less_term(v[i], term, down);
     }
     const auto row = static_cast<std::uint32_t>(folded_row<kGroupN>(query, s));
     store_bytes<kDims>(group_tile + swizzled_offset<kHeadDim>(row * kHeadDim + dim0), bytes);
