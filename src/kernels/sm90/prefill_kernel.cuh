@@ -118,7 +118,7 @@ struct PrefillTiling {
   static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
   static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
-  static constexpr int kFoldWarps = 3;  // warps 1-3 of warpgroup 0
+  static constexpr int kQueryWarps = 3;  // warps 1-3 of warpgroup 0: Q loads, folds, cleaning
   static constexpr int kSmemBytes = kQBuffers * kQBytes +
                                     kStages * (kKVBytes + kScaleStride) +
                                     kMathWarps * kWarpStateBytes +
@@ -243,7 +243,7 @@ __device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ void fold_block(const PrefillParams& p, int block, std::uint8_t* q_tile,
                            float* multipliers, int fold_warp, int lane) {
-  for (int query = fold_warp; query < T::kBlockQ; query += T::kFoldWarps) {
+  for (int query = fold_warp; query < T::kBlockQ; query += T::kQueryWarps) {
     const std::int64_t row = static_cast<std::int64_t>(block) * T::kBlockQ + query;
     float half_w[kNumHeads / 32];
 #pragma unroll
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     }
     for (int s = 0; s < T::kQBuffers; ++s) {
       q_full[s].init(1);
-      q_ready[s].init(T::kFoldWarps);
+      q_ready[s].init(T::kQueryWarps);
       q_empty[s].init(T::kMathWarps);
     }
     ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       // previous one is done), its folded rows once they land (kFoldLinear; meanwhile the
       // previous block computes), then its -inf columns (clean_logits).
       RingPosition<T::kQBuffers> qb;
-      const int thread = threadIdx.x - 32, threads = 96;
+      const int thread = threadIdx.x - 32, threads = 32 * T::kQueryWarps;
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
         if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
           if (warp == 1 && lane == 0) {
@@ -451,15 +451,16 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
         }
       }
       if constexpr (T::kFoldLinear) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
+        constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
 #pragma unroll
         for (int j = 0; j < T::kGroupQ / 2; ++j) {
           const float2 m = lane_multipliers[j];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             partial[r * T::kGroupQ + 2 * j] =
-                fmaf(m.x, acc[64 + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
+                fmaf(m.x, acc[kFolded + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
             partial[r * T::kGroupQ + 2 * j + 1] =
-                fmaf(m.y, acc[64 + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
+                fmaf(m.y, acc[kFolded + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
           }
         }
       }
