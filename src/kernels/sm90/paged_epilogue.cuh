@@ -180,25 +180,40 @@ __device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow
   if (write && !p.logits_bf16) static_cast<float*>(p.logits)[index] = out;
 }
 
+// The accumulators of a chunk whose MMA is issued in two parts (split_mma): its first 128
+// columns and the rest, indexed as one array.
+template <int kWidth>
+struct SplitAccumulators {
+  static constexpr int kFirst = 64;  // 128 columns
+  float first[kFirst];
+  float second[kWidth / 2 - kFirst];
+  __device__ float operator[](int i) const { return i < kFirst ? first[i] : second[i - kFirst]; }
+};
+
 // relu, weight and head sum of chunk C's accumulators, the quad reduction and the stores.
 // Accumulator layout (wgmma): acc[4j + 2r + e] is key key0 + 8r, column 8j + 2 * quad + e; with
-// H >= 8 an 8-column block j lies in one row, t = j / (H / 8).
-template <int H, int kMmaRows, int C, int Size>
+// H >= 8 an 8-column block j lies in one row, t = j / (H / 8). With split_mma, `second_part`
+// runs before the first row of the MMA's second part is read (it waits for that part); otherwise
+// it runs first.
+template <int H, int kMmaRows, int C, typename Accumulators, typename SecondPart>
 __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group<kMmaRows, true>& g,
                                                const StoreRows<H, kMmaRows>& rows_out,
-                                               const float (&acc)[Size],
+                                               const Accumulators& acc,
                                                const LaneWeights<H, kMmaRows>& weights, int tile,
-                                               const TileScales& scales, int lane) {
+                                               const TileScales& scales, int lane,
+                                               const SecondPart& second_part) {
   constexpr int kRows = rows_in_chunk(kMmaRows, C, H);
   constexpr int kFirstRow = C * chunk_rows(H);
   constexpr int kBlocksPerRow = H / 8;
-  static_assert(2 * Size >= chunk_width(kRows, H));
+  constexpr int kSecondPartRow = split_mma(kMmaRows, H) ? 128 / H : 0;
+  static_assert(2 * sizeof(Accumulators) / sizeof(float) >= chunk_width(kRows, H));
   using Sums = QuadSums<kRows>;
   const int quad = lane % 4;
   const int rows = g.rows - kFirstRow;  // of this group in this chunk
   float part[Sums::kValues];
 #pragma unroll
   for (int t = 0; t < Sums::kSlots; ++t) {
+    if (t == kSecondPartRow) second_part();
     float sum0 = 0.0f;
     float sum1 = 0.0f;
     if (t < kRows && t < rows) {

@@ -368,15 +368,30 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
   constexpr int kWidth = chunk_width(rows_in_chunk(kMmaRows, C, H), H);
   // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
   // next, which keeps the register allocator free to overlap them with everything else.
-  float acc[kWidth / 2];
-  define_registers(acc);
-  wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile(stage), q_slot + C * chunk_rows(H) * H * D);
-  wgmma_wait<0>();
-  fence_accumulators(acc);
-  if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
-    s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
+  if constexpr (split_mma(kMmaRows, H)) {
+    SplitAccumulators<kWidth> acc;
+    define_registers(acc.first);
+    define_registers(acc.second);
+    wgmma_tile_e4m3_n<128, D>(acc.first, s.tile(stage), q_slot);
+    wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, s.tile(stage), q_slot + 128 * D);
+    wgmma_wait<1>();
+    fence_accumulators(acc.first);
+    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [&] {
+      wgmma_wait<0>();
+      fence_accumulators(acc.second);
+      s.empty(stage)->arrive();  // keys fully read: hand the stage back (every thread)
+    });
+  } else {
+    float acc[kWidth / 2];
+    define_registers(acc);
+    wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile(stage), q_slot + C * chunk_rows(H) * H * D);
+    wgmma_wait<0>();
+    fence_accumulators(acc);
+    if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
+      s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
+    }
+    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [] {});
   }
-  chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane);
 }
 
 template <int D, int H, int kMmaRows>

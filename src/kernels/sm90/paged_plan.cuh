@@ -120,6 +120,14 @@ __host__ __device__ constexpr bool weights_in_registers(int mma_rows, int heads)
   return heads >= 16 &&
          (math_warpgroups(mma_rows, heads) > 2 || (mma_rows <= 4 && mma_rows * heads <= 256));
 }
+// Whether a one-chunk instance wider than 128 columns (two math warpgroups) issues its MMA in
+// two parts, its first 128 columns and the rest, so that the epilogue starts on the first part's
+// rows while the tensor cores compute the second. Those rows are the first 128 / H.
+__host__ __device__ constexpr bool split_mma(int mma_rows, int heads) {
+  return chunk_count(mma_rows, heads) == 1 && chunk_width(mma_rows, heads) > 128;
+}
+static_assert(split_mma(4, 64) && split_mma(3, 64) && split_mma(8, 32) && !split_mma(2, 64) &&
+              !split_mma(8, 64));
 __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
   return 128 * (1 + math_warpgroups(mma_rows, heads));
 }
