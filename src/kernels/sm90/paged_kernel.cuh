@@ -4,7 +4,9 @@
 // Tiling. A tile is 64 consecutive key positions of one group: the M side of wgmma (keys K-major
 // in shared memory, swizzled by the row width D by TMA). The N side is the group's rows times H
 // heads, in at most two chunks of at most 256 columns (chunk_rows, chunk_width); K = D in D / 32
-// steps of m64nNk32. block_kv 64 is one block per tile, block_kv 32 two.
+// steps of m64nNk32. A one-chunk instance wider than 128 columns issues its MMA in two parts,
+// its first 128 columns and the rest, and starts the epilogue on the first (split_mma). block_kv
+// 64 is one block per tile, block_kv 32 two.
 //
 // Pipeline. `stages` key tiles (as many as fit, at most 32: about 200 KB in flight at next_n 1,
 // D 128), each a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
