@@ -22,27 +22,26 @@ struct Split {
   float largest_term = 0.0f;          // in term units, over all terms
 };
 
-// The kernel's steps (fold_query) for one query's values.
+// The kernel's split (split_into_terms, as fold_query calls it) of one query's values: one shift
+// for all of them, each value split on its own.
 Split split(const std::vector<float>& v) {
   float largest = 0.0f;
   for (float x : v) largest = std::max(largest, std::fabs(x));
   const int first_shift = kernels::first_fold_shift(largest);
   Split out{std::vector<double>(v.size(), 0.0), v, 0.0f};
-  for (int s = 0; s < kFoldTerms; ++s) {
-    const int shift = first_shift + kTermShift * s;
-    const float up = kernels::power_of_two(shift), down = kernels::power_of_two(-shift);
-    EXPECT_EQ(static_cast<double>(up), std::ldexp(1.0, shift));
-    EXPECT_EQ(static_cast<double>(down), std::ldexp(1.0, -shift));
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      const __nv_fp8_e4m3 term = kernels::next_term(out.residual[i], up);
-      const float value = static_cast<float>(term);
-      out.largest_term = std::max(out.largest_term, std::fabs(value));
-      const double before = out.residual[i];
-      out.residual[i] = kernels::less_term(out.residual[i], term, down);
-      EXPECT_EQ(static_cast<double>(out.residual[i]), before - std::ldexp(double{value}, -shift))
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    float value[1] = {v[i]};
+    kernels::split_into_terms(value, first_shift, [&](int s, float down,
+                                                      const __nv_fp8_e4m3 (&terms)[1]) {
+      const int shift = first_shift + kTermShift * s;
+      EXPECT_EQ(static_cast<double>(down), std::ldexp(1.0, -shift));
+      const double term = std::ldexp(double{static_cast<float>(terms[0])}, -shift);
+      out.largest_term = std::max(out.largest_term, std::fabs(static_cast<float>(terms[0])));
+      EXPECT_EQ(static_cast<double>(value[0]), double{out.residual[i]} - term)
           << "inexact residual at " << i;
-      out.reconstructed[i] += std::ldexp(double{value}, -shift);
-    }
+      out.residual[i] = value[0];
+      out.reconstructed[i] += term;
+    });
   }
   return out;
 }

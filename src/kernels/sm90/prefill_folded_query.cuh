@@ -37,7 +37,6 @@
 namespace mqa_logits::sm90 {
 
 using kernels::kFoldTerms;
-using kernels::kTermShift;
 
 // Row of term `term` of query `query` (of its group) in the group's Q tile.
 template <int kGroupN>
@@ -115,22 +114,16 @@ __device__ __forceinline__ void fold_query(std::uint8_t* group_tile, int query,
   for (int i = 0; i < kDims; ++i) largest = fmaxf(largest, fabsf(v[i]));
   // Non-negative floats order as their bit patterns.
   largest = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(largest)));
-  const int first_shift = kernels::first_fold_shift(largest);
+  kernels::split_into_terms(
+      v, kernels::first_fold_shift(largest),
+      [&](int s, float down, const __nv_fp8_e4m3 (&terms)[kDims]) {
+        std::uint32_t bytes = 0;
 #pragma unroll
-  for (int s = 0; s < kFoldTerms; ++s) {
-    const int shift = first_shift + kTermShift * s;  // term units: 2^-shift
-    const float up = kernels::power_of_two(shift), down = kernels::power_of_two(-shift);
-    std::uint32_t bytes = 0;
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) {
-      const __nv_fp8_e4m3 term = kernels::next_term(v[i], up);
-      bytes |= static_cast<std::uint32_t>(term.__x) << (8 * i);
-      v[i] = kernels::less_term(v[i], term, down);
-    }
-    const auto row = static_cast<std::uint32_t>(folded_row<kGroupN>(query, s));
-    store_bytes<kDims>(group_tile + swizzled_offset<kHeadDim>(row * kHeadDim + dim0), bytes);
-    if (lane == 0) multipliers[s * term_stride] = down;
-  }
+        for (int i = 0; i < kDims; ++i) bytes |= static_cast<std::uint32_t>(terms[i].__x) << (8 * i);
+        const auto row = static_cast<std::uint32_t>(folded_row<kGroupN>(query, s));
+        store_bytes<kDims>(group_tile + swizzled_offset<kHeadDim>(row * kHeadDim + dim0), bytes);
+        if (lane == 0) multipliers[s * term_stride] = down;
+      });
 }
 
 }  // namespace mqa_logits::sm90

@@ -231,7 +231,8 @@ __device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int
   const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
   const int shift = p.compressed ? start : 0;
   const int element = p.logits_bf16 ? 2 : 4;
-  const auto base = reinterpret_cast<std::int64_t>(p.logits) + row * p.logits_row_stride * element;
+  const auto base = reinterpret_cast<std::int64_t>(
+      kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16));
   const std::int64_t end_key = min(std::int64_t{shift} + p.out_cols, std::int64_t{INT_MAX});
   return {base - std::int64_t{shift} * element, static_cast<int>(win.lo), static_cast<int>(win.hi),
           shift, static_cast<int>(end_key)};
