@@ -10,17 +10,20 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/fill_row.cuh"
 #include "kernels/sm90/paged_plan.cuh"
 
 namespace mqa_logits::sm90::paged {
 
 // What the epilogue needs of the tile besides the accumulators: the thread's first key (its
-// second is 8 further), both keys' scales, and whether their block was loaded.
+// second is 8 further), both keys' scales, whether their block was loaded, and whether the thread
+// stores anything for them (their block was loaded, or clean_logits: -inf where it was not).
 struct TileScales {
   int key0 = 0;
   float first = 0.0f;
   float second = 0.0f;
   bool in_block = false;
+  bool stores = false;
 };
 
 // Where the fp32 weight copy keeps head h of a row (rows weight_row_floats apart): grouped by the
@@ -112,10 +115,12 @@ __device__ __forceinline__ void quad_reduce(const float (&in)[N], float (&out)[N
   }
 }
 
-// The row behind one of the sums a lane stores (QuadSums::value says which row and key): its key
-// count, and the key positions [lo, hi) it writes in this segment (its tiles, cut at
-// max_context_len; an empty range when the lane stores nothing there).
+// The row behind one of the sums a lane stores (QuadSums::value says which row and key): the
+// address of its logit 0, its key count, and the key positions [lo, hi) it writes in this
+// segment: its tiles, cut at max_context_len and, without clean_logits, at its key count (an
+// empty range when the lane stores nothing there).
 struct StoreRow {
+  std::int64_t address = 0;
   int keys = 0;
   int lo = 0;
   int hi = 0;
@@ -128,7 +133,7 @@ struct ChunkRows {
   using Sums = QuadSums<kRows>;
   StoreRow row[Sums::kKept];
 
-  __device__ ChunkRows(const Group<kMmaRows, true>& g, int quad, std::int64_t max_context_len) {
+  __device__ ChunkRows(const PagedParams& p, const Group<kMmaRows, true>& g, int quad) {
 #pragma unroll
     for (int i = 0; i < Sums::kKept; ++i) {
       const int t = Sums::value(quad, i) / 2;
@@ -137,10 +142,14 @@ struct ChunkRows {
 #pragma unroll
       for (int r = 0; r < kMmaRows; ++r) {  // constant indices keep g in registers
         if (stores && r == u && r < g.rows) {
+          row[i].address = reinterpret_cast<std::int64_t>(
+              kernels::logits_row(p.logits, p.logits_row_stride, g.first_row + r, p.logits_bf16));
           row[i].keys = g.row[r].keys;
           row[i].lo = g.row[r].tile_lo * kTileKeys;
-          const std::int64_t end = static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys;
-          row[i].hi = static_cast<int>(min64(end, max_context_len));
+          std::int64_t end = min64(static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys,
+                                   p.max_context_len);
+          if (!p.clean_logits) end = min64(end, g.row[r].keys);
+          row[i].hi = static_cast<int>(end);
         }
       }
     }
@@ -151,8 +160,8 @@ template <int H, int kMmaRows>
 struct StoreRows {
   ChunkRows<H, kMmaRows, 0> first;
   ChunkRows<H, kMmaRows, chunk_count(kMmaRows, H) - 1> last;  // the same chunk when only one
-  __device__ StoreRows(const Group<kMmaRows, true>& g, int quad, std::int64_t max_context_len)
-      : first(g, quad, max_context_len), last(g, quad, max_context_len) {}
+  __device__ StoreRows(const PagedParams& p, const Group<kMmaRows, true>& g, int quad)
+      : first(p, g, quad), last(p, g, quad) {}
   template <int C>
   __device__ const auto& chunk() const {
     if constexpr (C == 0) {
@@ -163,21 +172,18 @@ struct StoreRows {
   }
 };
 
-// Stores the sum of (group row `u`, key `key`) of tile `tile`, or -inf, or nothing (see the
-// coverage rules at the top), deciding by predicates rather than branches.
-__device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row,
-                                            int first_row, int u, int tile, int key, float value,
-                                            bool in_block) {
+// Stores the sum of key `key` of tile `tile` in `row`, or -inf, or nothing (see the coverage
+// rules at the top), deciding by predicates rather than branches.
+__device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row, int tile,
+                                            int key, float value, const TileScales& scales) {
   const int pos = tile * kTileKeys + key;
-  const bool inside = pos < row.keys && in_block;
-  const bool write = pos >= row.lo && pos < row.hi && (inside || p.clean_logits);
+  const bool inside = pos < row.keys && scales.in_block;
+  const bool write = pos >= row.lo && pos < row.hi && scales.stores;
   const float out = inside ? value : -INFINITY;
-  const auto output_row = static_cast<std::uint32_t>(first_row + u);  // >= 0: no sign extension
-  const std::int64_t index = static_cast<std::int64_t>(output_row) * p.logits_row_stride + pos;
   if (write && p.logits_bf16) {
-    static_cast<__nv_bfloat16*>(p.logits)[index] = __float2bfloat16_rn(out);
+    reinterpret_cast<__nv_bfloat16*>(row.address)[pos] = __float2bfloat16_rn(out);
   }
-  if (write && !p.logits_bf16) static_cast<float*>(p.logits)[index] = out;
+  if (write && !p.logits_bf16) reinterpret_cast<float*>(row.address)[pos] = out;
 }
 
 // The accumulators of a chunk whose MMA is issued in two parts (split_mma): its first 128
@@ -245,8 +251,8 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
   for (int i = 0; i < Sums::kKept; ++i) {
     const int v = Sums::value(quad, i);
     const float scale = v % 2 == 0 ? scales.first : scales.second;  // no dynamic indexing
-    store_logit(p, chunk_rows_out.row[i], g.first_row, kFirstRow + v / 2, tile,
-                scales.key0 + 8 * (v % 2), sums[i] * scale, scales.in_block);
+    store_logit(p, chunk_rows_out.row[i], tile, scales.key0 + 8 * (v % 2), sums[i] * scale,
+                scales);
   }
 }
 

@@ -412,6 +412,7 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   scales.second = s.scales(stage)[key0 + 8];
   // key0 and key0 + 8 lie in the same block (block_kv >= 32).
   scales.in_block = ((loaded >> (key0 >= p.block_kv ? 1 : 0)) & 1) != 0;  // key0 < 64 = kTileKeys
+  scales.stores = scales.in_block || p.clean_logits;
   compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
     compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
@@ -446,7 +447,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
-    const StoreRows<H, kMmaRows> rows_out(g, lane % 4, p.max_context_len);
+    const StoreRows<H, kMmaRows> rows_out(p, g, lane % 4);
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
     // its q_empty arrival never runs a phase ahead of the other warpgroups'.
     s.q_full(q_ring.stage)->wait(q_ring.phase);
