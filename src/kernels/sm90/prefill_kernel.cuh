@@ -316,9 +316,31 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     } else if (warp == 1 || T::kFoldLinear || p.clean_logits) {
       // Warps 1-3: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
       // previous one is done), its folded rows once they land (kFoldLinear; meanwhile the
-      // previous block computes), then its -inf columns (clean_logits).
+      // previous block computes), then the previous block's -inf columns (clean_logits): a
+      // block is cleaned only once the next one is folded, so that at a block boundary the math
+      // warps never wait for a fold queued behind cleaning.
       RingPosition<T::kQBuffers> qb;
       const int thread = threadIdx.x - 32, threads = 32 * T::kQueryWarps;
+      const auto clean = [&](const BlockSpan& s) {
+        for (int q = 0; q < kBlockQ; ++q) {
+          const std::int64_t row = static_cast<std::int64_t>(s.block) * kBlockQ + q;
+          if (row >= p.seq_len) break;
+          std::int64_t first, last;
+          covered_columns(p, row, s, first, last);
+          void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
+          if (s.first_item == 0) {
+            kernels::fill_row_negative_infinity(out, p.logits_bf16, 0, first, thread, threads);
+          }
+          if (s.end_item == s.items) {
+            kernels::fill_row_negative_infinity(out, p.logits_bf16, last, p.out_cols, thread,
+                                                threads);
+          }
+        }
+      };
+      // The block this warp has still to clean, in shared memory: registers are short beside
+      // the fold.
+      __shared__ BlockSpan uncleaned[T::kQueryWarps];
+      bool cleaning = false;  // uncleaned holds a block
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
         if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
           if (warp == 1 && lane == 0) {
@@ -340,21 +362,13 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
           qb.advance();
         }
         if (!p.clean_logits) return;
-        for (int q = 0; q < kBlockQ; ++q) {
-          const std::int64_t row = static_cast<std::int64_t>(s.block) * kBlockQ + q;
-          if (row >= p.seq_len) break;
-          std::int64_t first, last;
-          covered_columns(p, row, s, first, last);
-          void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
-          if (s.first_item == 0) {
-            kernels::fill_row_negative_infinity(out, p.logits_bf16, 0, first, thread, threads);
-          }
-          if (s.end_item == s.items) {
-            kernels::fill_row_negative_infinity(out, p.logits_bf16, last, p.out_cols, thread,
-                                                threads);
-          }
-        }
+        if (cleaning) clean(uncleaned[warp - 1]);
+        __syncwarp();
+        if (lane == 0) uncleaned[warp - 1] = s;
+        __syncwarp();
+        cleaning = true;
       });
+      if (cleaning) clean(uncleaned[warp - 1]);
     }
     return;
   }
