@@ -13,7 +13,6 @@
 namespace mqa_logits {
 namespace {
 
-using kernels::kFoldTerms;
 using kernels::kTermShift;
 
 struct Split {

@@ -119,7 +119,9 @@ __device__ __forceinline__ void fold_query(std::uint8_t* group_tile, int query,
       [&](int s, float down, const __nv_fp8_e4m3 (&terms)[kDims]) {
         std::uint32_t bytes = 0;
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) bytes |= static_cast<std::uint32_t>(terms[i].__x) << (8 * i);
+        for (int i = 0; i < kDims; ++i) {
+          bytes |= static_cast<std::uint32_t>(terms[i].__x) << (8 * i);
+        }
         const auto row = static_cast<std::uint32_t>(folded_row<kGroupN>(query, s));
         store_bytes<kDims>(group_tile + swizzled_offset<kHeadDim>(row * kHeadDim + dim0), bytes);
         if (lane == 0) multipliers[s * term_stride] = down;

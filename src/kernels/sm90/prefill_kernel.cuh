@@ -18,7 +18,8 @@
 //                          queries (folded rows and multipliers, then q_ready) while the previous
 //                          block computes. Cleaners: with clean_logits, -inf to the columns of
 //                          each row that no tile of its block covers (outside
-//                          [lo, lo + 128 * tiles)), so the main loop never waits on it.
+//                          [lo, lo + 128 * tiles)), each block once the next one is folded, so
+//                          the main loop never waits on it.
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
 //                          head reduction, the quad shuffles, the key scale and the stores, while
 //                          the other three warpgroups' MMAs keep the tensor cores busy.
@@ -29,7 +30,8 @@
 // (folded, H = 64) and q_empty.
 // Shared memory (D = 128): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x 128 B, K 8 x
 // 16 KiB, key scales 8 x 640 B, per-warp weights (staged once per block) and output rows
-// 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB.
+// 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB; statically, the query
+// warps' blocks awaiting cleaning.
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
