@@ -53,12 +53,10 @@ __host__ __device__ inline float less_term(float residual, __nv_fp8_e4m3 term, f
 // residuals): on_term(s, down, terms) sees term s of every value, in units of down = 2^-shift.
 template <int N, typename OnTerm>
 __host__ __device__ inline void split_into_terms(float (&v)[N], int first_shift, OnTerm&& on_term) {
-#pragma unroll
   for (int s = 0; s < kFoldTerms; ++s) {
     const int shift = first_shift + kTermShift * s;  // term units: 2^-shift
     const float up = power_of_two(shift), down = power_of_two(-shift);
     __nv_fp8_e4m3 terms[N];
-#pragma unroll
     for (int i = 0; i < N; ++i) {
       terms[i] = next_term(v[i], up);
       v[i] = less_term(v[i], terms[i], down);

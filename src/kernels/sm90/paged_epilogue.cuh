@@ -17,7 +17,8 @@ namespace mqa_logits::sm90::paged {
 
 // What the epilogue needs of the tile besides the accumulators: the thread's first key (its
 // second is 8 further), both keys' scales, whether their block was loaded, and whether the thread
-// stores anything for them (their block was loaded, or clean_logits: -inf where it was not).
+// may store for them (their block was loaded, or clean_logits: -inf where it was not; the store
+// row's range decides the rest).
 struct TileScales {
   int key0 = 0;
   float first = 0.0f;

@@ -371,6 +371,7 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
   // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
   // next, which keeps the register allocator free to overlap them with everything else.
   if constexpr (split_mma(kMmaRows, H)) {
+    static_assert(C == 0, "split instances have one chunk: q starts at the slot");
     SplitAccumulators<kWidth> acc;
     define_registers(acc.first);
     define_registers(acc.second);

@@ -126,8 +126,8 @@ __host__ __device__ constexpr bool weights_in_registers(int mma_rows, int heads)
 __host__ __device__ constexpr bool split_mma(int mma_rows, int heads) {
   return chunk_count(mma_rows, heads) == 1 && chunk_width(mma_rows, heads) > 128;
 }
-static_assert(split_mma(4, 64) && split_mma(3, 64) && split_mma(8, 32) && !split_mma(2, 64) &&
-              !split_mma(8, 64));
+static_assert(split_mma(4, 64) && split_mma(3, 64) && split_mma(8, 32) && split_mma(6, 32) &&
+              !split_mma(2, 64) && !split_mma(4, 32) && !split_mma(8, 64));
 __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
   return 128 * (1 + math_warpgroups(mma_rows, heads));
 }

@@ -31,7 +31,7 @@
 // Shared memory (D = 128): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x 128 B, K 8 x
 // 16 KiB, key scales 8 x 640 B, per-warp weights (staged once per block) and output rows
 // 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB; statically, the query
-// warps' blocks awaiting cleaning.
+// warps' blocks awaiting cleaning (1 KiB as laid out: the dynamic region stays 1024-aligned).
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
@@ -128,7 +128,8 @@ struct PrefillTiling {
                                     8 * (2 * kStages + 3 * kQBuffers);
   static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
   static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
-  static_assert(kSmemBytes <= 227 * 1024);
+  static constexpr int kStaticSmemBytes = 1024;  // the query warps' BlockSpans, as laid out
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024);
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
 };
 
@@ -319,8 +320,9 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       // Warps 1-3: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
       // previous one is done), its folded rows once they land (kFoldLinear; meanwhile the
       // previous block computes), then the previous block's -inf columns (clean_logits): a
-      // block is cleaned only once the next one is folded, so that at a block boundary the math
-      // warps never wait for a fold queued behind cleaning.
+      // block is cleaned only once the next one's Q is loaded (and folded), the last one after
+      // the loop, so that at a block boundary the math warps never wait for a fold queued
+      // behind cleaning.
       RingPosition<T::kQBuffers> qb;
       const int thread = threadIdx.x - 32, threads = 32 * T::kQueryWarps;
       const auto clean = [&](const BlockSpan& s) {
@@ -342,6 +344,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       // The block this warp has still to clean, in shared memory: registers are short beside
       // the fold.
       __shared__ BlockSpan uncleaned[T::kQueryWarps];
+      static_assert(sizeof(uncleaned) <= T::kStaticSmemBytes);
       bool cleaning = false;  // uncleaned holds a block
       for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
         if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
