@@ -16,6 +16,7 @@ namespace {
 using kernels::kTermShift;
 
 struct Split {
+  float largest = 0.0f;               // the largest magnitude among the values
   std::vector<double> reconstructed;  // sum of the terms, in double
   std::vector<float> residual;        // what the kernel's residual holds after the last term
   float largest_term = 0.0f;          // in term units, over all terms
@@ -27,7 +28,7 @@ Split split(const std::vector<float>& v) {
   float largest = 0.0f;
   for (float x : v) largest = std::max(largest, std::fabs(x));
   const int first_shift = kernels::first_fold_shift(largest);
-  Split out{std::vector<double>(v.size(), 0.0), v, 0.0f};
+  Split out{largest, std::vector<double>(v.size(), 0.0), v, 0.0f};
   for (std::size_t i = 0; i < v.size(); ++i) {
     float value[1] = {v[i]};
     kernels::split_into_terms(value, first_shift, [&](int s, float down,
@@ -47,11 +48,9 @@ Split split(const std::vector<float>& v) {
 
 // |v - sum of terms| <= 2^-19 max(largest, 2^-104) per value; the residual is that difference.
 void expect_split_within_bound(const std::vector<float>& v) {
-  float largest = 0.0f;
-  for (float x : v) largest = std::max(largest, std::fabs(x));
   const Split s = split(v);
   EXPECT_LT(s.largest_term, 448.0f) << "a term saturated e4m3";
-  const double bound = std::ldexp(std::max(double{largest}, std::ldexp(1.0, -104)), -19);
+  const double bound = std::ldexp(std::max(double{s.largest}, std::ldexp(1.0, -104)), -19);
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double error = double{v[i]} - s.reconstructed[i];
     EXPECT_LE(std::fabs(error), bound) << "value " << i << " = " << v[i];
