@@ -486,7 +486,7 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
 // ---- compact cases for compute-sanitizer (memcheck, racecheck, synccheck) ------------------
 
 // Every code path once, small: TMA and cp.async keys, block_kv 32 and 64, one and two MMA chunks,
-// varlen groups, invalid block ids, clean and unclean, bf16 output.
+// a chunk's MMA in two parts, varlen groups, invalid block ids, clean and unclean, bf16 output.
 TEST_F(PagedGpu, CompactForSanitizer) {
   PagedSpec s = base_spec(40);
   s.batch = 3;
@@ -495,6 +495,9 @@ TEST_F(PagedGpu, CompactForSanitizer) {
   s.lens_2d = true;
   s.block_kv = 32;
   run_and_compare(s, {.invalid_every = 4, .workers = 4});
+  s.next_n = 4;  // one chunk, its MMA in two parts
+  s.block_kv = 64;
+  run_and_compare(s, {.workers = 5});
   s.next_n = 1;
   s.varlen_indices = true;
   s.batch = 9;
