@@ -1,0 +1,240 @@
+// The decode kernel's warpgroup 0 (paged_kernel.cuh, Warp roles): the loading warps (key tiles,
+// each group's q and weights), warp 1's L2 prefetch of what they read per group, and the
+// cleaners that write -inf past the tiles' columns with clean_logits.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/fill_row.cuh"
+#include "kernels/sm90/paged_plan.cuh"
+#include "kernels/sm90/paged_shared_state.cuh"
+#include "kernels/sm90/primitives.cuh"
+
+namespace mqa_logits::sm90::paged {
+
+// ---- producer -------------------------------------------------------------------------------
+
+// The block ids of one own tile of a producer warp (its tile in slot `slot` of the CTA's tile
+// sequence): -1 for a block past the group's longest row (`entries` blocks hold its keys) or past
+// the group's slots. Ids outside [0, num_blocks) are caught where they are used.
+template <int kBlocksPerTile>
+struct TileBlocks {
+  int id[kBlocksPerTile];
+};
+
+template <int kBlocksPerTile>
+__device__ __forceinline__ TileBlocks<kBlocksPerTile> look_up_blocks(const TileSlots& tiles,
+                                                                     const std::int32_t* table,
+                                                                     int entries, int slot) {
+  TileBlocks<kBlocksPerTile> blocks;
+  const int first = slot < tiles.end ? tiles.tile(slot) * kBlocksPerTile : entries;
+#pragma unroll
+  for (int b = 0; b < kBlocksPerTile; ++b) {
+    blocks.id[b] = first + b < entries ? __ldg(table + first + b) : -1;
+  }
+  return blocks;
+}
+
+// One group's q (TMA, kQBoxRows (row, head) pairs per box, the instance's chunk widths) and
+// weights (bulk copy of the group's rows, as stored).
+template <int D, int H, int kMmaRows>
+__device__ void load_group_queries(const PagedParams& p, const SharedState& s,
+                                   const Group<kMmaRows, false>& g, int slot) {
+  constexpr int kPairs = q_slot_pairs(kMmaRows, H);
+  Barrier* bar = s.q_full(slot);
+  const int weight_size = p.weights_bf16 ? 2 : 4;
+  const auto weight_bytes = static_cast<std::uint32_t>(g.rows * H * weight_size);
+  bar->arrive_expect_bytes(kPairs * D + weight_bytes);
+  for (int pair = 0; pair < kPairs; pair += kQBoxRows) {
+    tma_load_2d(s.q_slot(slot) + pair * D, &p.q_map, 0, g.first_row * H + pair, bar);
+  }
+  bulk_load(s.weight_slot(slot),
+            static_cast<const std::uint8_t*>(p.weights) +
+                static_cast<std::int64_t>(g.first_row) * H * weight_size,
+            weight_bytes, bar);
+}
+
+// Key tile of stage `stage` by cp.async: the block stride is not a multiple of 16 bytes, so TMA
+// cannot address the blocks. Rows land where TMA's swizzle would put them.
+template <int D, int kBlocksPerTile>
+__device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int stage,
+                                const int (&ids)[kBlocksPerTile], std::uint32_t mask, int lane) {
+  constexpr int kBlockKeys = kTileKeys / kBlocksPerTile;
+  constexpr int kWordsPerRow = D / 4;
+  for (int b = 0; b < kBlocksPerTile; ++b) {
+    if (((mask >> b) & 1) == 0) continue;
+    const std::uint8_t* block = p.kv_cache + ids[b] * p.block_stride_bytes;
+    // Rolled: the producer runs on few registers, and cp.async is issued, not waited on.
+#pragma unroll 1
+    for (int word = lane; word < kBlockKeys * kWordsPerRow; word += 32) {
+      const int row = word / kWordsPerRow;
+      const int byte = (word % kWordsPerRow) * 4;
+      const auto offset = static_cast<std::uint32_t>((b * kBlockKeys + row) * D + byte);
+      cp_async_4(s.tile(stage) + swizzled_offset<D>(offset), block + row * D + byte);
+    }
+    const std::uint8_t* scales = block + kBlockKeys * D;
+    for (int key = lane; key < kBlockKeys; key += 32) {
+      cp_async_4(s.scales(stage) + b * kBlockKeys + key, scales + key * kScaleBytes);
+    }
+  }
+  cp_async_wait_all();
+  fence_async_proxy_shared();
+}
+
+// Loads the blocks of `mask` (ids[b] for bit b) into stage `stage` once its previous tile is
+// consumed. kTma: lane 0 issues TMA boxes of kKeyBoxRows rows and one bulk copy of scales per
+// block; else every lane copies by cp.async.
+template <int D, bool kTma, int kBlocksPerTile>
+__device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s,
+                                          const int (&ids)[kBlocksPerTile], std::uint32_t mask,
+                                          int stage, std::uint32_t phase, int lane) {
+  constexpr int kBlockKeys = kTileKeys / kBlocksPerTile;
+  static_assert(kBlockKeys % kKeyBoxRows == 0);
+  Barrier* full = s.full(stage);
+  if constexpr (kTma) {
+    if (lane == 0) {
+      s.empty(stage)->wait(phase ^ 1);
+      *s.info(stage) = mask;
+      full->arrive_expect_bytes(__popc(mask) * kBlockKeys * (D + kScaleBytes));
+#pragma unroll
+      for (int b = 0; b < kBlocksPerTile; ++b) {
+        if (((mask >> b) & 1) == 0) continue;
+#pragma unroll
+        for (int row = 0; row < kBlockKeys; row += kKeyBoxRows) {
+          tma_load_3d(s.tile(stage) + (b * kBlockKeys + row) * D, &p.kv_map, 0, row, ids[b], full);
+        }
+        bulk_load(s.scales(stage) + b * kBlockKeys,
+                  p.kv_cache + ids[b] * p.block_stride_bytes + kBlockKeys * D,
+                  kBlockKeys * kScaleBytes, full);
+      }
+    }
+    __syncwarp();
+  } else {
+    s.empty(stage)->wait(phase ^ 1);
+    copy_tile_async<D, kBlocksPerTile>(p, s, stage, ids, mask, lane);
+    if (lane == 0) *s.info(stage) = mask;
+    full->arrive();  // every lane: an arrival releases only its own thread's writes
+  }
+}
+
+// A loading warp's loop: its own tiles (every kLoaders-th slot), their block ids looked up 32
+// tiles at a time, one tile per lane, with the next 32 requested while these are issued.
+template <int D, int H, int kMmaRows, bool kTma, int kBlocksPerTile>
+__device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
+  constexpr int kLoaders = loading_warps(math_warpgroups(kMmaRows, H));
+  constexpr int kWindowSlots = 32 * kLoaders;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int block_limit = static_cast<int>(min64(p.num_blocks, INT32_MAX));
+  DealtRingPosition<kLoaders> turn(producer);
+  RingPosition<kQSlots> q_ring;
+  int group_begin = 0;  // the group's first slot in the CTA's tile sequence
+  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const TileSlots tiles = g.slots(group_begin);
+    const int entries = ceil_div_int(g.key_limit, kTileKeys / kBlocksPerTile);
+    if (producer == 0) {
+      s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
+      if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
+    }
+    int window_start = turn.next;
+    const int lane_slot = kLoaders * lane;
+    auto window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries, window_start + lane_slot);
+    auto next_window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries,
+                                                      window_start + kWindowSlots + lane_slot);
+    for (int i = 0; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+      int ids[kBlocksPerTile];
+      std::uint32_t mask = 0;
+#pragma unroll
+      for (int b = 0; b < kBlocksPerTile; ++b) {
+        ids[b] = __shfl_sync(0xffffffffu, window.id[b], i);
+        if (ids[b] >= 0 && ids[b] < block_limit) mask |= 1u << b;
+      }
+      load_tile<D, kTma, kBlocksPerTile>(p, s, ids, mask, turn.stage, turn.phase, lane);
+      if (++i == 32) {
+        i = 0;
+        window_start += kWindowSlots;
+        window = next_window;
+        next_window = look_up_blocks<kBlocksPerTile>(tiles, g.table, entries,
+                                                     window_start + kWindowSlots + lane_slot);
+      }
+    }
+    group_begin = tiles.end;
+    q_ring.advance();
+  });
+}
+
+// The producer loop is compiled once per key path and block size, so that each copy carries only
+// its own state and constants.
+template <int D, int H, int kMmaRows>
+__device__ void run_producer(const PagedParams& p, const SharedState& s, int producer) {
+  const bool one_block = tile_blocks(p.block_kv) == 1;
+  if (p.kv_tma) {
+    if (one_block) {
+      produce<D, H, kMmaRows, true, 1>(p, s, producer);
+    } else {
+      produce<D, H, kMmaRows, true, 2>(p, s, producer);
+    }
+  } else {
+    if (one_block) {
+      produce<D, H, kMmaRows, false, 1>(p, s, producer);
+    } else {
+      produce<D, H, kMmaRows, false, 2>(p, s, producer);
+    }
+  }
+}
+
+// ---- helpers: L2 prefetch and cleaning ------------------------------------------------------
+
+// Warms L2 with what the producer reads at the start of each group of this CTA's segment: the
+// block-table entries of its tiles, its q rows and weights. The producer otherwise pays a DRAM
+// round trip per group before its first key load can go out (short sequences at large batch).
+template <int H, int kMmaRows>
+__device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
+  constexpr int kLine = 128;
+  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    const TileSlots tiles = g.slots(0);
+    const int blocks_per_tile = tile_blocks(p.block_kv);
+    const int first = tiles.tile(tiles.begin) * blocks_per_tile;
+    const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
+                             ceil_div_int(g.key_limit, p.block_kv));
+    constexpr int kEntriesPerLine = kLine / 4;
+    for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
+      prefetch_l2(g.table + entry);
+    }
+    const auto* q = static_cast<const std::uint8_t*>(p.q) +
+                    static_cast<std::int64_t>(g.first_row) * H * head_dim;
+    for (int byte = lane * kLine; byte < g.rows * H * head_dim; byte += 32 * kLine) {
+      prefetch_l2(q + byte);
+    }
+    const int weight_size = p.weights_bf16 ? 2 : 4;
+    const auto* w = static_cast<const std::uint8_t*>(p.weights) +
+                    static_cast<std::int64_t>(g.first_row) * H * weight_size;
+    for (int byte = lane * kLine; byte < g.rows * H * weight_size; byte += 32 * kLine) {
+      prefetch_l2(w + byte);
+    }
+  });
+}
+
+__device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
+  if (!p.clean_logits || p.max_context_len == 0) return;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const std::int64_t rows = static_cast<std::int64_t>(p.units) * p.next_n;
+  const std::int64_t per_row = schedule::ceil_div(p.max_context_len, kCleanChunkCols);
+  const std::int64_t tasks = rows * per_row;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kCleanerWarps;
+  for (std::int64_t task = blockIdx.x * kCleanerWarps + cleaner; task < tasks; task += stride) {
+    const std::int64_t row = task / per_row;
+    const std::int64_t part = task % per_row;
+    const std::int64_t written =  // by the tiles' owners
+        schedule::ceil_div(output_row_key_count(p, static_cast<int>(row)), kTileKeys) * kTileKeys;
+    const std::int64_t begin = max64(written, part * kCleanChunkCols);
+    const std::int64_t end = min64((part + 1) * kCleanChunkCols, p.max_context_len);
+    if (begin < end) {
+      void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
+      kernels::fill_row_negative_infinity(out, p.logits_bf16, begin, end, lane, 32);
+    }
+  }
+}
+
+}  // namespace mqa_logits::sm90::paged
