@@ -1,0 +1,197 @@
+// The prefill kernel's plan (prefill_kernel.cuh), shared by its launcher and its roles: the
+// parameters, the tiling constants and shared-memory budget, the shared-memory carve-up, and the
+// walk over a CTA's block spans (the round robin over blocks, or its segment of the schedule
+// metadata).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/fold_terms.hpp"
+#include "kernels/sm90/primitives.cuh"
+#include "schedule.hpp"
+
+namespace mqa_logits::sm90 {
+
+struct PrefillParams {
+  CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
+  CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
+  CUtensorMap kscale_map;  // [T] fp32, box 132 (from the 16-byte aligned key at or below a tile)
+  const void* weights;     // [S, H] fp32 or bf16
+  std::int64_t weights_row_stride;
+  const std::int32_t* k_start;
+  const std::int32_t* k_end;
+  void* logits;
+  std::int64_t logits_row_stride;
+  std::int64_t seq_len;
+  std::int64_t seq_len_kv;
+  std::int64_t out_cols;
+  const std::int32_t* schedule_meta;  // null: round-robin over blocks
+  int num_blocks;
+  bool weights_bf16;
+  bool logits_bf16;
+  bool compressed;
+  bool clean_logits;
+};
+
+template <int kHeadDim, int kNumHeads>
+struct PrefillTiling {
+  static constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
+  static constexpr int kBlockN = kBlockQ * kNumHeads;  // (query, head) rows of a block
+  static constexpr int kGroupQ = kBlockQ / 2;           // query rows per query group
+  static constexpr int kGroupN = kGroupQ * kNumHeads;   // (query, head) columns of a group
+  // H = 64: relu as |x| plus a folded linear half (prefill_folded_query.cuh), kFoldTerms more
+  // MMA columns per query. Below, a group has more queries: their folded columns would not fit
+  // the registers beside the accumulators and weights (H = 32), or cost more tensor time than
+  // the relu they save (H <= 16: 32 or 64 columns).
+  static constexpr bool kFoldLinear = kNumHeads == 64;
+  static constexpr int kFoldedColumns = kFoldLinear ? kernels::kFoldTerms * kGroupQ : 0;
+  static constexpr int kMmaN = kGroupN + kFoldedColumns;  // MMA columns per math warpgroup
+  static constexpr int kTileKV = schedule::kPrefillTileKV;
+  static constexpr int kKeysPerMma = 64;  // keys per wgmma (M); a tile is two halves
+  static constexpr int kMathWarpgroups = 4;  // (query group, key half) = divmod(warpgroup, 2)
+  static constexpr int kMathThreads = 128 * kMathWarpgroups;
+  static constexpr int kMathWarps = kMathThreads / 32;
+  static constexpr int kThreads = 128 + kMathThreads;
+  // Register budgets: the CTA starts with launch_registers(640) = 96 per thread; the producer
+  // warpgroup gives back 40 per thread, which lifts the math warpgroups to 104, or at H = 64
+  // (4 more accumulators) 64, which lifts them to 112.
+  static constexpr int kProducerRegisters = kFoldLinear ? 32 : 56;
+  static constexpr int kMathRegisters = kFoldLinear ? 112 : 104;
+  static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
+                kThreads * launch_registers(kThreads));
+  static constexpr int kStages = 8;
+  static constexpr int kQBuffers = 2;
+  static constexpr int kGroupBytes = kMmaN * kHeadDim;  // a group's Q tile, folded rows last
+  static constexpr int kQBytes = 2 * kGroupBytes;
+  static constexpr int kMultiplierFloats =
+      kFoldLinear ? kBlockQ * kernels::kFoldTerms : 0;  // per buffer
+  static constexpr int kKVBytes = kTileKV * kHeadDim;
+  // Key scales of a tile, loaded from the 16-byte aligned key at or below its first key (TMA
+  // needs the inner box offset 16-byte aligned): up to 3 leading extra scales.
+  static constexpr int kScaleAlign = 4;
+  static constexpr int kScaleBox = kTileKV + kScaleAlign;
+  static constexpr int kScaleBytes = kScaleBox * 4;
+  static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
+  static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
+  static constexpr int kOutputsPerThread = kPartials / 4;
+  // Each math warp's state for its block's query group in shared memory: the weights, laid out
+  // so that lane l reads its 32 (16 column pairs) as 8 float4 at row l % 4 (rows padded to spread
+  // the banks) into registers once per block, then one OutputRow per query row.
+  static constexpr int kWeightRowFloats = 36;
+  static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
+  static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
+  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
+  static constexpr int kQueryWarps = 3;  // warps 1-3 of warpgroup 0: Q loads, folds, cleaning
+  static constexpr int kSmemBytes = kQBuffers * kQBytes +
+                                    kStages * (kKVBytes + kScaleStride) +
+                                    kMathWarps * kWarpStateBytes +
+                                    kQBuffers * kMultiplierFloats * 4 +
+                                    8 * (2 * kStages + 3 * kQBuffers);
+  static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
+  static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
+  static constexpr int kStaticSmemBytes = 1024;  // the query warps' BlockSpans, as laid out
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024);
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
+};
+
+// The shared memory of PrefillTiling (kSmemBytes, in this order) as the roles address it.
+template <typename T>
+struct PrefillShared {
+  std::uint8_t* q_tiles;      // kQBuffers x 2 query groups x kMmaN rows x D, swizzled by TMA
+  std::uint8_t* kv_tiles;     // kStages x kTileKV x D, swizzled by TMA
+  std::uint8_t* scale_tiles;  // kStages x kScaleStride bytes
+  std::uint8_t* warp_states;  // kMathWarps x kWarpStateBytes (weights, output rows)
+  float* multipliers;         // kQBuffers x kMultiplierFloats
+  Barrier* kv_full;           // kStages each
+  Barrier* kv_empty;
+  Barrier* q_full;   // kQBuffers each: TMA rows landed,
+  Barrier* q_ready;  // and folded (kFoldLinear),
+  Barrier* q_empty;  // and consumed
+
+  // `smem` 1024-byte aligned: the 128-byte swizzle atoms of the TMA tiles need it.
+  __device__ explicit PrefillShared(std::uint8_t* smem)
+      : q_tiles(smem),
+        kv_tiles(q_tiles + T::kQBuffers * T::kQBytes),
+        scale_tiles(kv_tiles + T::kStages * T::kKVBytes),
+        warp_states(scale_tiles + T::kStages * T::kScaleStride),
+        multipliers(reinterpret_cast<float*>(warp_states + T::kMathWarps * T::kWarpStateBytes)),
+        kv_full(reinterpret_cast<Barrier*>(multipliers + T::kQBuffers * T::kMultiplierFloats)),
+        kv_empty(kv_full + T::kStages),
+        q_full(kv_empty + T::kStages),
+        q_ready(q_full + T::kQBuffers),
+        q_empty(q_ready + T::kQBuffers) {}
+};
+
+struct BlockSpan {
+  int block;
+  int first_item;  // items [first_item, end_item) of this block belong to this CTA
+  int end_item;
+  std::int64_t lo;  // first key of tile 0
+  int tiles;        // real tiles of the block (0 for an empty block)
+  int items;
+};
+
+// Key range of block b: min start / max end over its non-empty rows. Called by a full warp.
+template <int kBlockQ>
+__device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t row = static_cast<std::int64_t>(b) * kBlockQ + lane;
+  int lo = INT_MAX, hi = INT_MIN;
+  if (lane < kBlockQ && row < p.seq_len) {
+    const auto w = schedule::prefill_row_window(p.k_start[row], p.k_end[row], p.seq_len_kv);
+    if (w.lo < w.hi) {
+      lo = static_cast<int>(w.lo);
+      hi = static_cast<int>(w.hi);
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  const int tiles =
+      hi > lo ? static_cast<int>(schedule::ceil_div(hi - lo, schedule::kPrefillTileKV)) : 0;
+  const int items = static_cast<int>(schedule::prefill_block_items(lo, hi));
+  return {b, 0, items, hi > lo ? lo : 0, tiles, items};
+}
+
+// Calls f(span) for every block span of this CTA, in order. Called by full warps.
+template <int kBlockQ, typename F>
+__device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
+  if (p.schedule_meta == nullptr) {
+    for (int b = blockIdx.x; b < p.num_blocks; b += gridDim.x) f(block_span<kBlockQ>(p, b));
+    return;
+  }
+  const std::int32_t* meta = p.schedule_meta + 2 * blockIdx.x;
+  int block = meta[0], item = meta[1];
+  const int end_block = min(meta[2], p.num_blocks), end_item = meta[3];
+  for (; block < end_block || (block == end_block && block < p.num_blocks && item < end_item);
+       ++block, item = 0) {
+    BlockSpan span = block_span<kBlockQ>(p, block);
+    span.first_item = item;
+    span.end_item = block == end_block ? min(end_item, span.items) : span.items;
+    f(span);
+  }
+}
+
+// Weight of head `head` of query row `row`, as fp32; 0 past S.
+__device__ __forceinline__ float query_weight(const PrefillParams& p, std::int64_t row, int head) {
+  if (row >= p.seq_len) return 0.f;
+  const std::int64_t at = row * p.weights_row_stride + head;
+  return p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
+                        : static_cast<const float*>(p.weights)[at];
+}
+
+// Columns of `row` that tiles [lo, lo + 128 * tiles) of its block write.
+__device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int64_t row,
+                                                const BlockSpan& s, std::int64_t& first,
+                                                std::int64_t& last) {
+  const std::int64_t shift = p.compressed ? p.k_start[row] : 0;
+  first = s.tiles > 0 ? s.lo - shift : 0;
+  last = s.tiles > 0 ? s.lo + std::int64_t{schedule::kPrefillTileKV} * s.tiles - shift : 0;
+  first = max(std::int64_t{0}, min(first, p.out_cols));
+  last = max(first, min(last, p.out_cols));
+}
+
+}  // namespace mqa_logits::sm90
