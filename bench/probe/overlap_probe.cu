@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "kernels/sm90/primitives.cuh"
+#include "probe_common.cuh"
 
 namespace {
 
 using namespace mqa_logits::sm90;
+using mqa_logits::probe::pattern_byte;
 
 constexpr int kMmaWarpgroups = 2;
 constexpr int kAluWarpgroups = 2;
@@ -54,12 +56,6 @@ const char* alu_work_name(AluWork work) {
     case AluWork::kHalf2: return "half2 fma";
   }
   return "?";
-}
-
-// e4m3 bytes of moderate magnitude (exponent field 4..11, never NaN), varying with the index.
-__device__ std::uint8_t pattern_byte(int i) {
-  const unsigned h = static_cast<unsigned>(i) * 2654435761u;
-  return static_cast<std::uint8_t>(((h >> 24) & 0x80u) | (((h >> 16) % 8u + 4u) << 3) | ((h >> 8) & 7u));
 }
 
 // kChains independent chains (chain c starts at init(c)) of `step`, `steps` times; returns the sum
@@ -144,12 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (result == 123.456f) sink[threadIdx.x] = result;  // keeps the work; never true in practice
 }
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "overlap probe: %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(1);
-  }
-}
+void check(cudaError_t status, const char* what) { mqa_logits::probe::check(status, "overlap probe", what); }
 
 struct Run {
   double mma_cycles = 0;  // median over SMs of the slower MMA warpgroup
@@ -193,20 +184,10 @@ Run run(int sides, AluWork work, int mma_tiles, int alu_steps, int sms, long lon
 }  // namespace
 
 int main() {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
-    std::printf("overlap probe: no GPU found; nothing to measure\n");
-    return 0;
-  }
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  if (prop.major != 9) {
-    std::printf("overlap probe: needs an sm_90 GPU, found sm_%d%d\n", prop.major, prop.minor);
-    return 0;
-  }
+  const int sms = mqa_logits::probe::hopper_sm_count("overlap probe");
+  if (sms == 0) return 0;
   check(cudaFuncSetAttribute(overlap_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
         "cudaFuncSetAttribute");
-  const int sms = prop.multiProcessorCount;
   long long* cycles = nullptr;
   float* sink = nullptr;
   check(cudaMalloc(&cycles, sizeof(long long) * sms * kWarpgroups), "cudaMalloc");
