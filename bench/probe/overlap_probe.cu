@@ -148,35 +148,20 @@ struct Run {
 };
 
 Run run(int sides, AluWork work, int mma_tiles, int alu_steps, int sms, long long* cycles, float* sink) {
-  cudaEvent_t begin, finish;
-  check(cudaEventCreate(&begin), "cudaEventCreate");
-  check(cudaEventCreate(&finish), "cudaEventCreate");
   check(cudaMemset(cycles, 0, sizeof(long long) * sms * kWarpgroups), "cudaMemset");
-  check(cudaEventRecord(begin), "cudaEventRecord");
-  overlap_probe<<<sms, kThreads, kSmemBytes>>>(sides, work, mma_tiles, alu_steps, cycles, sink);
-  check(cudaGetLastError(), "launch");
-  check(cudaEventRecord(finish), "cudaEventRecord");
-  check(cudaEventSynchronize(finish), "kernel");
   Run r;
-  float ms = 0;
-  check(cudaEventElapsedTime(&ms, begin, finish), "cudaEventElapsedTime");
-  r.milliseconds = ms;
-  std::vector<long long> host(static_cast<std::size_t>(sms) * kWarpgroups);
-  check(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+  r.milliseconds = mqa_logits::probe::time_launch("overlap probe", [&] {
+    overlap_probe<<<sms, kThreads, kSmemBytes>>>(sides, work, mma_tiles, alu_steps, cycles, sink);
+  });
+  const auto host = mqa_logits::probe::records_on_host(
+      cycles, static_cast<std::size_t>(sms) * kWarpgroups, "overlap probe");
   auto median_of = [&](int first, int count) {
-    std::vector<long long> per_sm;
-    for (int s = 0; s < sms; ++s) {
-      long long slowest = 0;
-      for (int w = first; w < first + count; ++w) slowest = std::max(slowest, host[s * kWarpgroups + w]);
-      per_sm.push_back(slowest);
-    }
+    auto per_sm = mqa_logits::probe::slowest_per_sm(host, kWarpgroups, first, count);
     std::nth_element(per_sm.begin(), per_sm.begin() + sms / 2, per_sm.end());
     return static_cast<double>(per_sm[sms / 2]);
   };
   r.mma_cycles = median_of(0, kMmaWarpgroups);
   r.alu_cycles = median_of(kMmaWarpgroups, kAluWarpgroups);
-  check(cudaEventDestroy(begin), "cudaEventDestroy");
-  check(cudaEventDestroy(finish), "cudaEventDestroy");
   return r;
 }
 

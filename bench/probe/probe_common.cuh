@@ -1,11 +1,15 @@
-// What the hardware probes in bench/probe/ share: input bytes and error checks.
+// What the hardware probes in bench/probe/ share: input bytes, error checks, a timed launch and
+// the per-SM reading of their clock64 records.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 namespace mqa_logits::probe {
 
@@ -37,6 +41,44 @@ inline int hopper_sm_count(const char* program) {
     return 0;
   }
   return prop.multiProcessorCount;
+}
+
+// Runs `launch` (one kernel launch) between two events and waits for it; its milliseconds.
+template <typename Launch>
+float time_launch(const char* program, Launch&& launch) {
+  cudaEvent_t begin, finish;
+  check(cudaEventCreate(&begin), program, "cudaEventCreate");
+  check(cudaEventCreate(&finish), program, "cudaEventCreate");
+  check(cudaEventRecord(begin), program, "cudaEventRecord");
+  launch();
+  check(cudaGetLastError(), program, "launch");
+  check(cudaEventRecord(finish), program, "cudaEventRecord");
+  check(cudaEventSynchronize(finish), program, "kernel");
+  float ms = 0.f;
+  check(cudaEventElapsedTime(&ms, begin, finish), program, "cudaEventElapsedTime");
+  check(cudaEventDestroy(begin), program, "cudaEventDestroy");
+  check(cudaEventDestroy(finish), program, "cudaEventDestroy");
+  return ms;
+}
+
+// The `count` cycle records of a launch (device memory), on the host.
+inline std::vector<long long> records_on_host(const long long* records, std::size_t count,
+                                              const char* program) {
+  std::vector<long long> host(count);
+  check(cudaMemcpy(host.data(), records, count * sizeof(long long), cudaMemcpyDeviceToHost), program,
+        "copy");
+  return host;
+}
+
+// Per SM (`stride` records each, in SM order), the largest of its records [first, first + count).
+inline std::vector<long long> slowest_per_sm(const std::vector<long long>& records, int stride,
+                                             int first, int count) {
+  std::vector<long long> slowest;
+  for (std::size_t sm = 0; sm + stride <= records.size(); sm += stride) {
+    const auto from = records.begin() + static_cast<std::ptrdiff_t>(sm) + first;
+    slowest.push_back(*std::max_element(from, from + count));
+  }
+  return slowest;
 }
 
 }  // namespace mqa_logits::probe

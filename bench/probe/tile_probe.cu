@@ -48,7 +48,7 @@ const char* epilogue_name(Epilogue e) {
 
 enum class Layout : int {
   kFour,           // four math warpgroups, all registers of a 512-thread CTA (128)
-  kFourBudget,     // the kernel's budgets: a fifth (producer) warpgroup at 32, math at 112
+  kFourBudget,     // the kernel's register budgets: a fifth (producer) warpgroup, setmaxnreg
   kFourRelease,    // kFourBudget, each math warp releasing its stage per tile (nobody waits)
   kFourRing,       // the kernel's ring: the producer hands out stages, math warps wait and release
   kFourRingEarly,  // kFourRing, the next stage tested (non-blocking) while this tile's MMA runs
@@ -69,18 +69,21 @@ constexpr int layout_threads(Layout l) { return 128 * (math_warpgroups(l) + (has
 const char* layout_name(Layout l) {
   switch (l) {
     case Layout::kFour: return "4 WG";
-    case Layout::kFourBudget: return "4 WG, 112 registers";
-    case Layout::kFourRelease: return "4 WG, 112 reg, release";
-    case Layout::kFourRing: return "4 WG, 112 reg, ring";
-    case Layout::kFourRingEarly: return "4 WG, 112 reg, ring, test";
+    case Layout::kFourBudget: return "4 WG, kernel registers";
+    case Layout::kFourRelease: return "4 WG, kernel reg., release";
+    case Layout::kFourRing: return "4 WG, kernel reg., ring";
+    case Layout::kFourRingEarly: return "4 WG, kernel reg., ring +t";
     case Layout::kThreeItems: return "3 WG, items round robin";
     case Layout::kTwoSets: return "2 WG, 2 accumulator sets";
   }
   return "?";
 }
 
-constexpr int kMaxWarps = 16;  // math warps per CTA, for the cycle records
-constexpr int kRingStages = 8;
+// The kernel's H = 64 instance: its math warps, register budgets and ring depth (the same at
+// every D) are the probe's.
+using KernelTiling = PrefillTiling<128, 64>;
+constexpr int kMaxWarps = KernelTiling::kMathWarps;  // per CTA, for the cycle records
+constexpr int kRingStages = KernelTiling::kStages;
 constexpr int kScaleStages = 8;  // key-scale rows the kernel-like epilogue cycles through
 
 // What one warp's epilogue reads besides its accumulators.
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(layout_threads(L), 1)
   constexpr bool kWaits = L == Layout::kFourRing || L == Layout::kFourRingEarly;
   constexpr bool kReleases = kWaits || L == Layout::kFourRelease;
   if (has_producer(L) && threadIdx.x >= 512) {  // the producer warpgroup: stages, no loads
-    lower_register_budget<32>();
+    lower_register_budget<KernelTiling::kProducerRegisters>();
     if (kWaits && threadIdx.x == 512) {
       RingPosition<kRingStages> ring;
       for (int t = 0; t < tiles; ++t) {
@@ -181,7 +184,7 @@ __global__ void __launch_bounds__(layout_threads(L), 1)
     }
     return;
   }
-  if constexpr (has_producer(L)) raise_register_budget<112>();
+  if constexpr (has_producer(L)) raise_register_budget<KernelTiling::kMathRegisters>();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
@@ -267,24 +270,14 @@ void measure(int sms, int tiles, long long* cycles, float* out, std::int64_t row
   kernel<<<sms, kThreads, kSmem>>>(tiles / 10, cycles, out, row_stride);  // warm-up
   check(cudaGetLastError(), "launch");
   check(cudaMemset(cycles, 0, sizeof(long long) * sms * kMaxWarps), "cudaMemset");
-  cudaEvent_t begin, finish;
-  check(cudaEventCreate(&begin), "cudaEventCreate");
-  check(cudaEventCreate(&finish), "cudaEventCreate");
-  check(cudaEventRecord(begin), "cudaEventRecord");
-  kernel<<<sms, kThreads, kSmem>>>(tiles, cycles, out, row_stride);
-  check(cudaGetLastError(), "launch");
-  check(cudaEventRecord(finish), "cudaEventRecord");
-  check(cudaEventSynchronize(finish), "kernel");
-  float ms = 0.f;
-  check(cudaEventElapsedTime(&ms, begin, finish), "cudaEventElapsedTime");
-  check(cudaEventDestroy(begin), "cudaEventDestroy");
-  check(cudaEventDestroy(finish), "cudaEventDestroy");
-  std::vector<long long> host(static_cast<std::size_t>(sms) * kMaxWarps);
-  check(cudaMemcpy(host.data(), cycles, host.size() * sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+  const float ms = mqa_logits::probe::time_launch("tile probe", [&] {
+    kernel<<<sms, kThreads, kSmem>>>(tiles, cycles, out, row_stride);
+  });
+  const auto records = mqa_logits::probe::records_on_host(
+      cycles, static_cast<std::size_t>(sms) * kMaxWarps, "tile probe");
   std::vector<double> per_sm;  // cycles per tile of each SM's slowest warp
-  for (int s = 0; s < sms; ++s) {
-    const auto first = host.begin() + static_cast<std::ptrdiff_t>(s) * kMaxWarps;
-    per_sm.push_back(static_cast<double>(*std::max_element(first, first + kMaxWarps)) / tiles);
+  for (long long slowest : mqa_logits::probe::slowest_per_sm(records, kMaxWarps, 0, kMaxWarps)) {
+    per_sm.push_back(static_cast<double>(slowest) / tiles);
   }
   std::sort(per_sm.begin(), per_sm.end());
   const double tensor = N * D / 16.0;  // 4 items x 64 x N x D MACs at 4096 a cycle
@@ -307,6 +300,9 @@ int main() {
   check(cudaMalloc(&out, sizeof(float) * sms * 4 * row_stride), "cudaMalloc");
   std::printf("cycles per 128-key tile and SM: min / median / max over the SMs; tensor cycles at the "
               "nominal rate; their share of the median; the SM clock of the run\n");
+  std::printf("the kernel's registers: %d a thread in the producer warpgroup, %d in the math "
+              "warpgroups; its ring: %d stages (+t: the next stage tested while the MMA runs)\n",
+              KernelTiling::kProducerRegisters, KernelTiling::kMathRegisters, kRingStages);
   std::printf("%-26s %-11s %-26s %6s %6s %6s %6s %7s %9s\n", "layout", "shape", "epilogue", "min", "median",
               "max", "tensor", "share", "clock");
   using E = Epilogue;
