@@ -3,8 +3,8 @@
 //
 // Prefill: query rows are cut into blocks of prefill_block_q(H) rows. Block b's key range is
 // [lo, hi) = [min start, max end) over its non-empty rows (clamped to [0, T)); its work items are
-// the kPrefillTileKV-key tiles from lo, at least one per block (an item of an empty block only
-// cleans).
+// the kPrefillTileKV-key tiles from lo rounded down to a multiple of kPrefillTileAlign, at least
+// one per block (an item of an empty block only cleans).
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
 // splits, at least one per group.
@@ -25,6 +25,9 @@
 namespace mqa_logits::schedule {
 
 inline constexpr int kPrefillTileKV = 128;
+// A prefill tile's first key is a multiple of this: its first logit column is then 16-byte
+// aligned (fp32 and bf16), as the kernel's TMA stores need.
+inline constexpr int kPrefillTileAlign = 8;
 inline constexpr int kPagedSplitTokens = 256;
 inline constexpr int kMetaCols = 2;
 
@@ -36,9 +39,14 @@ MQA_HOST_DEVICE constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) 
   return (a + b - 1) / b;
 }
 
+// First key of the first tile of a prefill block whose key range starts at lo >= 0.
+MQA_HOST_DEVICE constexpr std::int64_t prefill_tiles_start(std::int64_t lo) {
+  return lo / kPrefillTileAlign * kPrefillTileAlign;
+}
+
 // Items of a prefill block with key range [lo, hi), or of a decode group of length `len`.
 MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(std::int64_t lo, std::int64_t hi) {
-  return hi > lo ? ceil_div(hi - lo, kPrefillTileKV) : 1;
+  return hi > lo ? ceil_div(hi - prefill_tiles_start(lo), kPrefillTileKV) : 1;
 }
 MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;

@@ -30,7 +30,8 @@ using mqa_logits::probe::pattern_byte;
 enum class Epilogue : int {
   kNone,          // read two accumulators (the MMA loop alone)
   kAbsFfma,       // |x| FFMA head sums, the folded columns (N = 136), the quad reduction
-  kAbsFfmaStore,  // the same and the kernel's one 4-byte store per thread and tile
+  kAbsFfmaStore,  // the same and one 4-byte global store per thread and tile (the kernel's
+                  // output path before its logits were staged for a store warp)
   kReluFfma,      // max(x, 0) and FFMA head sums (H <= 32: no folded columns), the reduction
   kKernelLike,    // kAbsFfmaStore with the key scale and window bounds read from shared memory
 };

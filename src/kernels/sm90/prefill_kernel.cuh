@@ -14,25 +14,29 @@
 // Warp roles (640 threads, one CTA per SM, persistent); warpgroup 0's in prefill_producer.cuh,
 // the parameters, constants and shared-memory carve-up in prefill_plan.cuh:
 //   warpgroup 0, warp 0    producer: TMA loads of K tiles + key scales (kStages-deep ring).
-//   warpgroup 0, warps 1-3 query warps: warp 1 loads each block's Q rows by TMA (2 buffers) as
-//                          soon as a buffer is free; at H = 64 all three then fold the block's
+//   warpgroup 0, warps 1-2 query warps: warp 1 loads each block's Q rows by TMA (2 buffers) as
+//                          soon as a buffer is free; at H = 64 both then fold the block's
 //                          queries (folded rows and multipliers, then q_ready) while the previous
 //                          block computes. Cleaners: with clean_logits, -inf to the columns of
 //                          each row that no tile of its block covers (outside
 //                          [lo, lo + 128 * tiles)), each block once the next one is folded, so
 //                          the main loop never waits on it.
+//   warpgroup 0, warp 3    store warp: each tile's staged logits to global memory by TMA, one
+//                          128-column box per block row; then the stage is free.
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
-//                          head reduction, the quad shuffles, the key scale and the stores, while
-//                          the other three warpgroups' MMAs keep the tensor cores busy.
+//                          head reduction, the quad shuffles, the key scale and the window, the
+//                          logits staged in shared memory, while the other three warpgroups'
+//                          MMAs keep the tensor cores busy.
 // Registers (setmaxnreg): 56 for warpgroup 0 and 104 for the math warpgroups (64 accumulators
 // and the lane's 32 weights of the block among them); at H = 64 32 and 112 (68 accumulators).
-// Pipeline: kv_full / kv_empty mbarrier pairs per stage (expect-tx by the producer; each math
-// warp arrives on kv_empty once its MMA has read the stage); per Q buffer q_full (TMA), q_ready
-// (folded, H = 64) and q_empty.
+// Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
+// once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
+// have read them); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
-// 128 B, K 8 x 16 KiB, key scales 8 x 640 B, per-warp weights (staged once per block) and output
-// rows 16 x (576 + 32 * kGroupQ) B, multipliers, barriers: 208-214 KiB; statically, the query
-// warps' blocks awaiting cleaning (1 KiB as laid out: the dynamic region stays 1024-aligned).
+// 128 B; per stage K 16 KiB, key scales 640 B and the staged logits kBlockQ x 512 B; per-warp
+// weights (staged once per block) and key windows 16 x (576 + 8 * kGroupQ) B; multipliers, the
+// query warps' blocks awaiting cleaning, barriers: up to 227 KiB, with 8 stages at H = 64, 7 at
+// H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
 // Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
 // its contiguous segment of (block, tile) items. Every output element is computed by the same
@@ -41,11 +45,9 @@
 
 #include <cuda_bf16.h>
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/fill_row.cuh"
 #include "kernels/sm90/prefill_plan.cuh"
 #include "kernels/sm90/prefill_producer.cuh"
 #include "kernels/sm90/primitives.cuh"
@@ -72,30 +74,15 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
   }
 }
 
-// One output row as the math warps see it: the address of the logit of key 0 (the row's
-// column 0 shifted by its compressed-output offset; an address only, never dereferenced
-// outside [first_key, end_key)), its key window and the keys its columns hold. 32 bytes.
-struct alignas(16) OutputRow {
-  std::int64_t key0_address;
-  int lo, hi;
-  int first_key, end_key;  // keys of columns 0 and out_cols; empty past S
-};
-
-__device__ __forceinline__ OutputRow output_row(const PrefillParams& p, std::int64_t row) {
-  if (row >= p.seq_len) return {0, 0, 0, 0, 0};
-  const std::int32_t start = p.k_start[row];
-  const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
-  const int shift = p.compressed ? start : 0;
-  const int element = p.logits_bf16 ? 2 : 4;
-  const auto base = reinterpret_cast<std::int64_t>(
-      kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16));
-  const std::int64_t end_key = min(std::int64_t{shift} + p.out_cols, std::int64_t{INT_MAX});
-  return {base - std::int64_t{shift} * element, static_cast<int>(win.lo), static_cast<int>(win.hi),
-          shift, static_cast<int>(end_key)};
+// The key window of query row `row` ({0, 0} past S).
+__device__ __forceinline__ int2 row_window(const PrefillParams& p, std::int64_t row) {
+  if (row >= p.seq_len) return make_int2(0, 0);
+  const auto win = schedule::prefill_row_window(p.k_start[row], p.k_end[row], p.seq_len_kv);
+  return make_int2(static_cast<int>(win.lo), static_cast<int>(win.hi));
 }
 
 // Math warpgroups 1-4: per tile, the MMA, then the epilogue (relu * weight head sum, quad
-// reduction, key scale, stores).
+// reduction, key scale, window), its logits staged in shared memory for the store warp.
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillShared<T>& sh,
                                          int warp, int lane) {
@@ -109,7 +96,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
   std::uint8_t* warp_state = sh.warp_states + (warp - 4) * T::kWarpStateBytes;
   auto* warp_weights = reinterpret_cast<float4*>(warp_state);
   const float4* my_weights = warp_weights + (lane % 4) * (T::kWeightRowFloats / 4);
-  auto* group_rows = reinterpret_cast<OutputRow*>(warp_state + T::kWeightBytes);
+  auto* group_windows = reinterpret_cast<int2*>(warp_state + T::kWeightBytes);
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
   float acc[T::kMmaN / 2];
@@ -136,7 +123,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
       warp_weights[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] =
           make_float4(v[0], v[1], v[2], v[3]);
     }
-    if (lane < T::kGroupQ) group_rows[lane] = output_row(p, row0 + lane);
+    if (lane < T::kGroupQ) group_windows[lane] = row_window(p, row0 + lane);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
@@ -154,75 +141,84 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         sh.multipliers + qb.stage * T::kMultiplierFloats + (lane % 4) * T::kBlockQ +
         group * T::kGroupQ);
 
-    for (int t = s.first_item; t < tile_end; ++t) {
-      const int stage = kv.stage;
-      sh.kv_full[stage].wait(kv.phase);
-      kv.advance();
-      const std::uint8_t* keys =
-          sh.kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
-      wgmma_tile_e4m3_n<T::kMmaN, kHeadDim>(acc, keys, q_group);
-      wgmma_wait<0>();
-      fence_accumulators(acc);
+    // The tile loop, compiled per logit type (a branch inside it costs registers).
+    const auto run_tiles = [&](auto logit) {
+      using Logit = decltype(logit);
+      for (int t = s.first_item; t < tile_end; ++t) {
+        const int stage = kv.stage;
+        sh.kv_full[stage].wait(kv.phase);
+        kv.advance();
+        const std::uint8_t* keys =
+            sh.kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
+        wgmma_tile_e4m3_n<T::kMmaN, kHeadDim>(acc, keys, q_group);
+        wgmma_wait<0>();
+        fence_accumulators(acc);
 
-      // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
-      const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
-      const int half_row = half * T::kKeysPerMma + quad_row;
-      const float* ks = reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleStride) +
-                        (tile_key0 & (T::kScaleAlign - 1)) + half_row;
-      const float kscale0 = ks[0], kscale1 = ks[8];
-      release(sh.kv_empty[stage]);
-      float partial[T::kPartials];
+        // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
+        const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
+        const int half_row = half * T::kKeysPerMma + quad_row;
+        const float* ks = reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleStride) +
+                          (tile_key0 & (T::kScaleAlign - 1)) + half_row;
+        const float kscale0 = ks[0], kscale1 = ks[8];
+        float partial[T::kPartials];
 #pragma unroll
-      for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
+        for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
 #pragma unroll
-      for (int j = 0; j < 16; j += 2) {
-        const float4 w = lane_weights[j / 2];
-        const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
+        for (int j = 0; j < 16; j += 2) {
+          const float4 w = lane_weights[j / 2];
+          const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-          const int q = 8 * (j + jj) / kNumHeads;
+          for (int jj = 0; jj < 2; ++jj) {
+            const int q = 8 * (j + jj) / kNumHeads;
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
+            for (int r = 0; r < 2; ++r) {
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const float x = acc[4 * (j + jj) + 2 * r + c];
-              const float y = T::kFoldLinear ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
-              partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
+              for (int c = 0; c < 2; ++c) {
+                const float x = acc[4 * (j + jj) + 2 * r + c];
+                const float y = T::kFoldLinear ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
+                partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
+              }
             }
           }
         }
-      }
-      if constexpr (T::kFoldLinear) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
-        constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
+        if constexpr (T::kFoldLinear) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
+          constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
 #pragma unroll
-        for (int j = 0; j < T::kGroupQ / 2; ++j) {
-          const float2 m = lane_multipliers[j];
+          for (int j = 0; j < T::kGroupQ / 2; ++j) {
+            const float2 m = lane_multipliers[j];
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            partial[r * T::kGroupQ + 2 * j] =
-                fmaf(m.x, acc[kFolded + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
-            partial[r * T::kGroupQ + 2 * j + 1] =
-                fmaf(m.y, acc[kFolded + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
+            for (int r = 0; r < 2; ++r) {
+              partial[r * T::kGroupQ + 2 * j] =
+                  fmaf(m.x, acc[kFolded + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
+              partial[r * T::kGroupQ + 2 * j + 1] =
+                  fmaf(m.y, acc[kFolded + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
+            }
           }
         }
-      }
-      float sums[T::kOutputsPerThread];
-      quad_reduce_scatter<T::kPartials>(partial, sums);
+        float sums[T::kOutputsPerThread];
+        quad_reduce_scatter<T::kPartials>(partial, sums);
+        std::uint8_t* staging = sh.staging + stage * T::kStagingBytes;
 #pragma unroll
-      for (int i = 0; i < T::kOutputsPerThread; ++i) {
-        // Output p = 4i + lane % 4 is (key row r, query q) = divmod(p, kGroupQ).
-        const int r = (4 * i + lane % 4) / T::kGroupQ;
-        const OutputRow out = group_rows[(4 * i + lane % 4) % T::kGroupQ];
-        const int key = tile_key0 + half_row + 8 * r;
-        if (key < out.first_key || key >= out.end_key) continue;  // not a column of the output
-        const bool inside = key >= out.lo && key < out.hi;
-        const float v = inside ? sums[i] * (r ? kscale1 : kscale0) : -INFINITY;
-        if (p.logits_bf16) {
-          reinterpret_cast<__nv_bfloat16*>(out.key0_address)[key] = __float2bfloat16_rn(v);
-        } else {
-          reinterpret_cast<float*>(out.key0_address)[key] = v;
+        for (int i = 0; i < T::kOutputsPerThread; ++i) {
+          // Output p = 4i + lane % 4 is (key row r, query q) = divmod(p, kGroupQ).
+          const int r = (4 * i + lane % 4) / T::kGroupQ;
+          const int q = (4 * i + lane % 4) % T::kGroupQ;
+          const int2 window = group_windows[q];
+          const int column = half_row + 8 * r;  // of the tile
+          const int key = tile_key0 + column;
+          const float v = key >= window.x && key < window.y ? sums[i] * (r ? kscale1 : kscale0)
+                                                            : -INFINITY;
+          std::uint8_t* staged_row = staging + (group * T::kGroupQ + q) * T::kStagingRowBytes;
+          reinterpret_cast<Logit*>(staged_row)[column] = static_cast<Logit>(v);
         }
+        fence_async_proxy_shared();  // the store warp's TMA reads them in the async proxy
+        sh.sums_full[stage].arrive();  // every thread: each orders its own staged logits
       }
+    };
+    if (p.logits_bf16) {
+      run_tiles(__nv_bfloat16{});
+    } else {
+      run_tiles(float{});
     }
     release(sh.q_empty[qb.stage]);
     qb.advance();
@@ -242,9 +238,11 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     prefetch_tensor_map(&p.q_map);
     prefetch_tensor_map(&p.kv_map);
     prefetch_tensor_map(&p.kscale_map);
+    prefetch_tensor_map(&p.logits_map);
     for (int s = 0; s < T::kStages; ++s) {
       sh.kv_full[s].init(1);
-      sh.kv_empty[s].init(T::kMathWarps);
+      sh.sums_full[s].init(T::kMathThreads);
+      sh.kv_empty[s].init(32);  // the store warp's lanes
     }
     for (int s = 0; s < T::kQBuffers; ++s) {
       sh.q_full[s].init(1);
@@ -255,10 +253,12 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
   }
   __syncthreads();
 
-  if (warp < 4) {  // producer, query warps and cleaners (prefill_producer.cuh)
+  if (warp < 4) {  // producer, query warps, cleaners and store warp (prefill_producer.cuh)
     lower_register_budget<T::kProducerRegisters>();
     if (warp == 0) {
       produce_key_tiles<T>(p, sh, lane);
+    } else if (warp == T::kStoreWarp) {
+      store_logit_tiles<T>(p, sh, lane);
     } else if (warp == 1 || T::kFoldLinear || p.clean_logits) {
       run_query_warps<T, kHeadDim, kNumHeads>(p, sh, warp, lane);
     }

@@ -20,6 +20,7 @@ struct PrefillParams {
   CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
   CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
   CUtensorMap kscale_map;  // [T] fp32, box 132 (from the 16-byte aligned key at or below a tile)
+  CUtensorMap logits_map;  // [S, out_cols] fp32 or bf16 (the logits' dtype), box 1 x 128
   const void* weights;     // [S, H] fp32 or bf16
   std::int64_t weights_row_stride;
   const std::int32_t* k_start;
@@ -36,6 +37,16 @@ struct PrefillParams {
   bool compressed;
   bool clean_logits;
 };
+
+struct alignas(8) BlockSpan {
+  int block;
+  int first_item;  // items [first_item, end_item) of this block belong to this CTA
+  int end_item;
+  std::int64_t lo;  // first key of tile 0 (schedule::prefill_tiles_start)
+  int tiles;        // real tiles of the block (0 for an empty block)
+  int items;
+};
+static_assert(sizeof(BlockSpan) == 32);
 
 template <int kHeadDim, int kNumHeads>
 struct PrefillTiling {
@@ -63,7 +74,6 @@ struct PrefillTiling {
   static constexpr int kMathRegisters = kFoldLinear ? 112 : 104;
   static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
                 kThreads * launch_registers(kThreads));
-  static constexpr int kStages = 8;
   static constexpr int kQBuffers = 2;
   static constexpr int kGroupBytes = kMmaN * kHeadDim;  // a group's Q tile, folded rows last
   static constexpr int kQBytes = 2 * kGroupBytes;
@@ -78,23 +88,34 @@ struct PrefillTiling {
   static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
+  // A stage's logits, staged by the math warps for the store warp's TMA: one row of kTileKV
+  // values per block row, fp32 or bf16 at the start of a 512-byte row.
+  static constexpr int kStagingRowBytes = kTileKV * 4;
+  static constexpr int kStagingBytes = kBlockQ * kStagingRowBytes;
   // Each math warp's state for its block's query group in shared memory: the weights, laid out
   // so that lane l reads its 32 (16 column pairs) as 8 float4 at row l % 4 (rows padded to spread
-  // the banks) into registers once per block, then one OutputRow per query row.
+  // the banks) into registers once per block, then each query row's key window.
   static constexpr int kWeightRowFloats = 36;
   static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
-  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 32;
-  static constexpr int kQueryWarps = 3;  // warps 1-3 of warpgroup 0: Q loads, folds, cleaning
-  static constexpr int kSmemBytes = kQBuffers * kQBytes +
-                                    kStages * (kKVBytes + kScaleStride) +
-                                    kMathWarps * kWarpStateBytes +
-                                    kQBuffers * kMultiplierFloats * 4 +
-                                    8 * (2 * kStages + 3 * kQBuffers);
+  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 8;
+  static constexpr int kQueryWarps = 2;  // warps 1-2 of warpgroup 0: Q loads, folds, cleaning
+  static constexpr int kStoreWarp = 3;   // warp 3: the logits' TMA stores
+  // Everything but the stages, then as many stages as fit (at most 8; D = 128: 8 at H = 64, 7 at
+  // H = 32, 6 at H = 16, 4 at H = 8, where the staged logits grow with the block's rows).
+  static constexpr int kFixedBytes = kQBuffers * kQBytes + kMathWarps * kWarpStateBytes +
+                                     kQBuffers * kMultiplierFloats * 4 +
+                                     kQueryWarps * static_cast<int>(sizeof(BlockSpan)) +
+                                     8 * 3 * kQBuffers;
+  static constexpr int kStageBytes = kKVBytes + kScaleStride + kStagingBytes + 8 * 3;
+  static constexpr int kSmemLimit = 227 * 1024;  // opt-in dynamic shared memory of a CTA
+  static constexpr int kStages = (kSmemLimit - kFixedBytes) / kStageBytes < 8
+                                     ? (kSmemLimit - kFixedBytes) / kStageBytes
+                                     : 8;
+  static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
+  static_assert(kStages >= 2 && kSmemBytes <= kSmemLimit);
   static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
   static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
-  static constexpr int kStaticSmemBytes = 1024;  // the query warps' BlockSpans, as laid out
-  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024);
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
 };
 
@@ -104,10 +125,13 @@ struct PrefillShared {
   std::uint8_t* q_tiles;      // kQBuffers x 2 query groups x kMmaN rows x D, swizzled by TMA
   std::uint8_t* kv_tiles;     // kStages x kTileKV x D, swizzled by TMA
   std::uint8_t* scale_tiles;  // kStages x kScaleStride bytes
-  std::uint8_t* warp_states;  // kMathWarps x kWarpStateBytes (weights, output rows)
+  std::uint8_t* staging;      // kStages x kStagingBytes (the stage's logits)
+  std::uint8_t* warp_states;  // kMathWarps x kWarpStateBytes (weights, key windows)
   float* multipliers;         // kQBuffers x kMultiplierFloats
-  Barrier* kv_full;           // kStages each
-  Barrier* kv_empty;
+  BlockSpan* uncleaned;       // kQueryWarps: the block each query warp has still to clean
+  Barrier* kv_full;           // kStages each: keys loaded,
+  Barrier* sums_full;         // logits staged,
+  Barrier* kv_empty;          // and stored (the stage free)
   Barrier* q_full;   // kQBuffers each: TMA rows landed,
   Barrier* q_ready;  // and folded (kFoldLinear),
   Barrier* q_empty;  // and consumed
@@ -117,22 +141,16 @@ struct PrefillShared {
       : q_tiles(smem),
         kv_tiles(q_tiles + T::kQBuffers * T::kQBytes),
         scale_tiles(kv_tiles + T::kStages * T::kKVBytes),
-        warp_states(scale_tiles + T::kStages * T::kScaleStride),
+        staging(scale_tiles + T::kStages * T::kScaleStride),
+        warp_states(staging + T::kStages * T::kStagingBytes),
         multipliers(reinterpret_cast<float*>(warp_states + T::kMathWarps * T::kWarpStateBytes)),
-        kv_full(reinterpret_cast<Barrier*>(multipliers + T::kQBuffers * T::kMultiplierFloats)),
-        kv_empty(kv_full + T::kStages),
+        uncleaned(reinterpret_cast<BlockSpan*>(multipliers + T::kQBuffers * T::kMultiplierFloats)),
+        kv_full(reinterpret_cast<Barrier*>(uncleaned + T::kQueryWarps)),
+        sums_full(kv_full + T::kStages),
+        kv_empty(sums_full + T::kStages),
         q_full(kv_empty + T::kStages),
         q_ready(q_full + T::kQBuffers),
         q_empty(q_ready + T::kQBuffers) {}
-};
-
-struct BlockSpan {
-  int block;
-  int first_item;  // items [first_item, end_item) of this block belong to this CTA
-  int end_item;
-  std::int64_t lo;  // first key of tile 0
-  int tiles;        // real tiles of the block (0 for an empty block)
-  int items;
 };
 
 // Key range of block b: min start / max end over its non-empty rows. Called by a full warp.
@@ -150,10 +168,9 @@ __device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
   }
   lo = __reduce_min_sync(0xffffffffu, lo);
   hi = __reduce_max_sync(0xffffffffu, hi);
-  const int tiles =
-      hi > lo ? static_cast<int>(schedule::ceil_div(hi - lo, schedule::kPrefillTileKV)) : 0;
+  const std::int64_t start = hi > lo ? schedule::prefill_tiles_start(lo) : 0;
   const int items = static_cast<int>(schedule::prefill_block_items(lo, hi));
-  return {b, 0, items, hi > lo ? lo : 0, tiles, items};
+  return {b, 0, items, start, hi > lo ? items : 0, items};
 }
 
 // Calls f(span) for every block span of this CTA, in order. Called by full warps.

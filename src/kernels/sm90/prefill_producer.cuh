@@ -1,6 +1,6 @@
 // The prefill kernel's warpgroup 0 (prefill_kernel.cuh, Warp roles): warp 0 loads the key tiles
-// and their scales, warps 1-3 each block's Q rows, its folded rows (H = 64) and, with
-// clean_logits, the -inf columns that no tile of the block covers.
+// and their scales, warps 1-2 each block's Q rows, its folded rows (H = 64) and, with
+// clean_logits, the -inf columns that no tile of the block covers; warp 3 stores the logits.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace mqa_logits::sm90 {
 
-// Warps 1-3 (kFoldLinear): the folded rows and multipliers of block `block`'s queries into its Q
+// Warps 1-2 (kFoldLinear): the folded rows and multipliers of block `block`'s queries into its Q
 // buffer `q_tile` and `multipliers` (term s of block query q at [s * kBlockQ + q]), once the
 // buffer's TMA rows have landed.
 template <typename T, int kHeadDim, int kNumHeads>
@@ -53,7 +53,7 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
   });
 }
 
-// Warps 1-3: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
+// Warps 1-2: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
 // previous one is done), its folded rows once they land (kFoldLinear; meanwhile the previous
 // block computes), then the previous block's -inf columns (clean_logits): a block is cleaned
 // only once the next one's Q is loaded (and folded), the last one after the loop, so that at a
@@ -82,8 +82,7 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
   };
   // The block this warp has still to clean, in shared memory: registers are short beside
   // the fold.
-  __shared__ BlockSpan uncleaned[T::kQueryWarps];
-  static_assert(sizeof(uncleaned) <= T::kStaticSmemBytes);
+  BlockSpan& uncleaned = sh.uncleaned[warp - 1];
   bool cleaning = false;  // uncleaned holds a block
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
     if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
@@ -106,13 +105,70 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
       qb.advance();
     }
     if (!p.clean_logits) return;
-    if (cleaning) clean(uncleaned[warp - 1]);
+    if (cleaning) clean(uncleaned);
     __syncwarp();
-    if (lane == 0) uncleaned[warp - 1] = s;
+    if (lane == 0) uncleaned = s;
     __syncwarp();
     cleaning = true;
   });
-  if (cleaning) clean(uncleaned[warp - 1]);
+  if (cleaning) clean(uncleaned);
+}
+
+// Warp 3: each tile's logits, once the math warps have staged them. Lane r stores row r of the
+// block as one TMA box of the tile's kTileKV columns (TMA drops what lies past S or out_cols); a
+// row whose first column is negative or not 16-byte aligned (compressed output, where the column
+// is the key less the row's start; TMA faults on either) the whole warp stores instead, 4 columns
+// a lane. Each lane frees the stage (kv_empty counts 32 arrivals) once its stores have read it.
+// Every column of a tile is either in its row's window (a logit) or not (-inf, from the math
+// warps): the tiles write exactly the columns they cover.
+template <typename T>
+__device__ __forceinline__ void store_logit_tiles(const PrefillParams& p,
+                                                  const PrefillShared<T>& sh, int lane) {
+  constexpr int kColumnsPerLane = T::kTileKV / 32;
+  const int element = p.logits_bf16 ? 2 : 4;
+  RingPosition<T::kStages> kv;
+  for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
+    const std::int64_t row = static_cast<std::int64_t>(s.block) * T::kBlockQ + lane;
+    const bool has_row = lane < T::kBlockQ && row < p.seq_len;
+    const std::int64_t shift = has_row && p.compressed ? p.k_start[row] : 0;
+    const int tile_end = min(s.end_item, s.tiles);
+    for (int t = s.first_item; t < tile_end; ++t) {
+      const std::int64_t column = s.lo + std::int64_t{t} * T::kTileKV - shift;
+      const bool writes = has_row && column > -T::kTileKV && column < p.out_cols;
+      const bool by_tma = column >= 0 && column * element % 16 == 0;
+      sh.sums_full[kv.stage].wait(kv.phase);
+      const std::uint8_t* staged = sh.staging + kv.stage * T::kStagingBytes;
+      if (writes && by_tma) {
+        tma_store_2d(&p.logits_map, static_cast<int>(column), static_cast<int>(row),
+                     staged + lane * T::kStagingRowBytes);
+      }
+      bulk_commit();
+      for (unsigned rows = __ballot_sync(0xffffffffu, writes && !by_tma); rows != 0;
+           rows &= rows - 1) {
+        const int r = __ffs(static_cast<int>(rows)) - 1;
+        const std::int64_t first = __shfl_sync(0xffffffffu, column, r) + kColumnsPerLane * lane;
+        const std::uint8_t* from = staged + r * T::kStagingRowBytes;
+        void* out = kernels::logits_row(p.logits, p.logits_row_stride,
+                                        static_cast<std::int64_t>(s.block) * T::kBlockQ + r,
+                                        p.logits_bf16);
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) {
+          const std::int64_t to = first + c;
+          if (to < 0 || to >= p.out_cols) continue;
+          const int at = kColumnsPerLane * lane + c;
+          if (p.logits_bf16) {
+            static_cast<std::uint16_t*>(out)[to] = reinterpret_cast<const std::uint16_t*>(from)[at];
+          } else {
+            static_cast<std::uint32_t*>(out)[to] = reinterpret_cast<const std::uint32_t*>(from)[at];
+          }
+        }
+      }
+      bulk_wait<0, true>();
+      sh.kv_empty[kv.stage].arrive();
+      kv.advance();
+    }
+  });
+  bulk_wait<0, false>();
 }
 
 }  // namespace mqa_logits::sm90

@@ -1,5 +1,5 @@
 // Small Hopper (sm_90a) building blocks shared by the kernels: mbarrier pipeline stages, TMA tile
-// loads, warpgroup MMA (wgmma) on FP8 operands in shared memory, and register-budget control.
+// loads and stores, warpgroup MMA (wgmma) on FP8 operands in shared memory, and register-budget control.
 // CCCL's cuda::ptx wraps TMA, mbarrier and the proxy fences; what it lacks (wgmma, setmaxnreg,
 // named barriers, tensor-map prefetch) is written here by hand.
 #pragma once
@@ -58,6 +58,28 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
                                             std::int32_t y, Barrier* bar) {
   const std::int32_t coords[2] = {x, y};
   ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, coords, &bar->word);
+}
+
+// Stores the box at (x, y) of `map` from shared memory `src` (16-byte aligned); the parts of the
+// box outside the tensor are not written. Tracked by this thread's bulk async-groups.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, std::int32_t x, std::int32_t y,
+                                             const void* src) {
+  const std::int32_t coords[2] = {x, y};
+  ptx::cp_async_bulk_tensor(ptx::space_global, ptx::space_shared, map, coords, src);
+}
+
+// Closes this thread's bulk async-group of the stores issued since the last one.
+__device__ __forceinline__ void bulk_commit() { ptx::cp_async_bulk_commit_group(); }
+
+// Waits until at most `Pending` of this thread's bulk async-groups have still to read their
+// shared-memory sources (ReadOnly) or to complete.
+template <int Pending, bool ReadOnly>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (ReadOnly) {
+    ptx::cp_async_bulk_wait_group_read(ptx::n32_t<Pending>{});
+  } else {
+    ptx::cp_async_bulk_wait_group(ptx::n32_t<Pending>{});
+  }
 }
 
 // ---- warp-group control ----------------------------------------------------------------------
