@@ -27,8 +27,8 @@
 //                          head reduction, the quad shuffles, the key scale and the window, the
 //                          logits staged in shared memory, while the other three warpgroups'
 //                          MMAs keep the tensor cores busy.
-// Registers (setmaxnreg): 56 for warpgroup 0 and 104 for the math warpgroups (64 accumulators
-// and the lane's 32 weights of the block among them); at H = 64 32 and 112 (68 accumulators).
+// Registers (setmaxnreg): 32 for warpgroup 0 and 112 for the math warpgroups (64 accumulators,
+// 68 at H = 64, and the lane's 32 weights of the block among them).
 // Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
 // have read them); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.

@@ -68,10 +68,10 @@ struct PrefillTiling {
   static constexpr int kMathWarps = kMathThreads / 32;
   static constexpr int kThreads = 128 + kMathThreads;
   // Register budgets: the CTA starts with launch_registers(640) = 96 per thread; the producer
-  // warpgroup gives back 40 per thread, which lifts the math warpgroups to 104, or at H = 64
-  // (4 more accumulators) 64, which lifts them to 112.
-  static constexpr int kProducerRegisters = kFoldLinear ? 32 : 56;
-  static constexpr int kMathRegisters = kFoldLinear ? 112 : 104;
+  // warpgroup gives back 64 per thread, which lifts the math warpgroups to 112 (at 104 the tile
+  // loop of H = 32 spilled three values a tile).
+  static constexpr int kProducerRegisters = 32;
+  static constexpr int kMathRegisters = 112;
   static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
                 kThreads * launch_registers(kThreads));
   static constexpr int kQBuffers = 2;
