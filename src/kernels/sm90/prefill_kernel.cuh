@@ -33,7 +33,7 @@
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
 // have read them); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
-// 128 B; per stage K 16 KiB, key scales 640 B and the staged logits kBlockQ x 512 B; per-warp
+// 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per-warp
 // weights (staged once per block) and key windows 16 x (576 + 8 * kGroupQ) B; multipliers, the
 // query warps' blocks awaiting cleaning, barriers: up to 227 KiB, with 8 stages at H = 64, 7 at
 // H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
@@ -157,8 +157,8 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
         const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
         const int half_row = half * T::kKeysPerMma + quad_row;
-        const float* ks = reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleStride) +
-                          (tile_key0 & (T::kScaleAlign - 1)) + half_row;
+        const float* ks =
+            reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleStride) + half_row;
         const float kscale0 = ks[0], kscale1 = ks[8];
         float partial[T::kPartials];
 #pragma unroll

@@ -19,7 +19,7 @@ namespace mqa_logits::sm90 {
 struct PrefillParams {
   CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
   CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
-  CUtensorMap kscale_map;  // [T] fp32, box 132 (from the 16-byte aligned key at or below a tile)
+  CUtensorMap kscale_map;  // [T] fp32, box 128 (a tile's keys)
   CUtensorMap logits_map;  // [S, out_cols] fp32 or bf16 (the logits' dtype), box 1 x 128
   const void* weights;     // [S, H] fp32 or bf16
   std::int64_t weights_row_stride;
@@ -80,10 +80,9 @@ struct PrefillTiling {
   static constexpr int kMultiplierFloats =
       kFoldLinear ? kBlockQ * kernels::kFoldTerms : 0;  // per buffer
   static constexpr int kKVBytes = kTileKV * kHeadDim;
-  // Key scales of a tile, loaded from the 16-byte aligned key at or below its first key (TMA
-  // needs the inner box offset 16-byte aligned): up to 3 leading extra scales.
-  static constexpr int kScaleAlign = 4;
-  static constexpr int kScaleBox = kTileKV + kScaleAlign;
+  // Key scales of a tile: its first key is a multiple of schedule::kPrefillTileAlign, so the box
+  // starts 16-byte aligned, as TMA needs.
+  static constexpr int kScaleBox = kTileKV;  // a tile's key scales
   static constexpr int kScaleBytes = kScaleBox * 4;
   static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread

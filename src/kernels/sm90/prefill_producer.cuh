@@ -45,8 +45,8 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
         sh.kv_full[kv.stage].arrive_expect_bytes(T::kKVBytes + T::kScaleBytes);
         tma_load_2d(sh.kv_tiles + kv.stage * T::kKVBytes, &p.kv_map, 0, key0,
                     &sh.kv_full[kv.stage]);
-        tma_load_2d(sh.scale_tiles + kv.stage * T::kScaleStride, &p.kscale_map,
-                    key0 & ~(T::kScaleAlign - 1), 0, &sh.kv_full[kv.stage]);
+        tma_load_2d(sh.scale_tiles + kv.stage * T::kScaleStride, &p.kscale_map, key0, 0,
+                    &sh.kv_full[kv.stage]);
       }
       kv.advance();
     }

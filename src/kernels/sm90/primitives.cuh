@@ -1,5 +1,6 @@
 // Small Hopper (sm_90a) building blocks shared by the kernels: mbarrier pipeline stages, TMA tile
-// loads and stores, warpgroup MMA (wgmma) on FP8 operands in shared memory, and register-budget control.
+// loads and stores, warpgroup MMA (wgmma) on FP8 operands in shared memory, and register-budget
+// control.
 // CCCL's cuda::ptx wraps TMA, mbarrier and the proxy fences; what it lacks (wgmma, setmaxnreg,
 // named barriers, tensor-map prefetch) is written here by hand.
 #pragma once
