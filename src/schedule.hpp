@@ -26,7 +26,8 @@ namespace mqa_logits::schedule {
 
 inline constexpr int kPrefillTileKV = 128;
 // A prefill tile's first key is a multiple of this: its first logit column is then 16-byte
-// aligned (fp32 and bf16), as the kernel's TMA stores need.
+// aligned (fp32 and bf16; in compressed output, where the column is the key less the row's
+// start, only for starts of the same alignment), as the kernel's TMA stores need.
 inline constexpr int kPrefillTileAlign = 8;
 inline constexpr int kPagedSplitTokens = 256;
 inline constexpr int kMetaCols = 2;

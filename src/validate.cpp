@@ -237,7 +237,7 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   placement.expect_memory({q.values, "q"}, placement.vector_alignment());
   expect_memory(placement, q.scales, "q_scales");
   placement.expect_memory({kv.values, "kv"}, placement.vector_alignment());
-  placement.expect_memory({*kv.scales, "kv_scales"});
+  placement.expect_memory({*kv.scales, "kv_scales"}, placement.vector_alignment());  // TMA
   placement.expect_memory({k_start, "k_start"});
   placement.expect_memory({k_end, "k_end"});
   expect_memory(placement, options.schedule_meta, "schedule_meta");

@@ -34,6 +34,7 @@ enum class Epilogue : int {
                   // output path before its logits were staged for a store warp)
   kReluFfma,      // max(x, 0) and FFMA head sums (H <= 32: no folded columns), the reduction
   kKernelLike,    // kAbsFfmaStore with the key scale and window bounds read from shared memory
+                  // (the kernel's epilogue before its logits were staged)
 };
 
 const char* epilogue_name(Epilogue e) {

@@ -14,7 +14,8 @@ enum class TmaSwizzle { kNone, k32B, k64B, k128B };
 TmaSwizzle swizzle_for_row_bytes(std::int64_t row_bytes);
 
 // A 2-D tile map over a row-major matrix of `rows` x `cols` elements (cols innermost) with rows
-// `row_stride_bytes` apart; boxes of box_rows x box_cols. Out-of-bounds box elements read as 0.
+// `row_stride_bytes` apart; boxes of box_rows x box_cols. Out-of-bounds box elements read as 0
+// and are not written by stores.
 CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtype, std::uint64_t rows,
                                std::uint64_t cols, std::uint64_t row_stride_bytes,
                                std::uint32_t box_rows, std::uint32_t box_cols, TmaSwizzle swizzle);

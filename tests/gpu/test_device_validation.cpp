@@ -110,6 +110,13 @@ TEST_F(DevicePrefill, RefusesMisalignedDeviceData) {
   expect_refused_call("kv");
 }
 
+TEST_F(DevicePrefill, RefusesKeyScalesNotSixteenByteAligned) {
+  // The key scales 4 bytes into a larger allocation: element-aligned, but not 16-byte aligned.
+  const DeviceBuffer larger(in_.kv_scale_data.size() * sizeof(float) + 16);
+  in_.kv.scales->data = static_cast<std::uint8_t*>(larger.data()) + 4;
+  expect_refused_call("kv_scales");
+}
+
 TEST_F(DevicePrefill, RefusesLogitsRowsNotSixteenByteAligned) {
   in_.logits.strides[0] = in_.logits.shape[1] + 1;  // 51 fp32 = 204 bytes apart
   expect_refused_call("logits");

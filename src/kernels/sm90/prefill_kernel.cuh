@@ -158,7 +158,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
         const int half_row = half * T::kKeysPerMma + quad_row;
         const float* ks =
-            reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleStride) + half_row;
+            reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleBytes) + half_row;
         const float kscale0 = ks[0], kscale1 = ks[8];
         float partial[T::kPartials];
 #pragma unroll

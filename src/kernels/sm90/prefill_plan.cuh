@@ -83,8 +83,7 @@ struct PrefillTiling {
   // Key scales of a tile: its first key is a multiple of schedule::kPrefillTileAlign, so the box
   // starts 16-byte aligned, as TMA needs.
   static constexpr int kScaleBox = kTileKV;  // a tile's key scales
-  static constexpr int kScaleBytes = kScaleBox * 4;
-  static constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;  // bytes per stage
+  static constexpr int kScaleBytes = kScaleBox * 4;  // per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
   // A stage's logits, staged by the math warps for the store warp's TMA: one row of kTileKV
@@ -106,13 +105,16 @@ struct PrefillTiling {
                                      kQBuffers * kMultiplierFloats * 4 +
                                      kQueryWarps * static_cast<int>(sizeof(BlockSpan)) +
                                      8 * 3 * kQBuffers;
-  static constexpr int kStageBytes = kKVBytes + kScaleStride + kStagingBytes + 8 * 3;
+  static constexpr int kStageBytes = kKVBytes + kScaleBytes + kStagingBytes + 8 * 3;
   static constexpr int kSmemLimit = 227 * 1024;  // opt-in dynamic shared memory of a CTA
   static constexpr int kStages = (kSmemLimit - kFixedBytes) / kStageBytes < 8
                                      ? (kSmemLimit - kFixedBytes) / kStageBytes
                                      : 8;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
   static_assert(kStages >= 2 && kSmemBytes <= kSmemLimit);
+  // TMA boxes start 128-byte aligned (staging, key scales); barriers and BlockSpans 8-byte.
+  static_assert(kKVBytes % 128 == 0 && kScaleBytes % 128 == 0 && kStagingBytes % 128 == 0);
+  static_assert((kMathWarps * kWarpStateBytes + kQBuffers * kMultiplierFloats * 4) % 8 == 0);
   static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
   static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
@@ -123,7 +125,7 @@ template <typename T>
 struct PrefillShared {
   std::uint8_t* q_tiles;      // kQBuffers x 2 query groups x kMmaN rows x D, swizzled by TMA
   std::uint8_t* kv_tiles;     // kStages x kTileKV x D, swizzled by TMA
-  std::uint8_t* scale_tiles;  // kStages x kScaleStride bytes
+  std::uint8_t* scale_tiles;  // kStages x kScaleBytes bytes
   std::uint8_t* staging;      // kStages x kStagingBytes (the stage's logits)
   std::uint8_t* warp_states;  // kMathWarps x kWarpStateBytes (weights, key windows)
   float* multipliers;         // kQBuffers x kMultiplierFloats
@@ -140,7 +142,7 @@ struct PrefillShared {
       : q_tiles(smem),
         kv_tiles(q_tiles + T::kQBuffers * T::kQBytes),
         scale_tiles(kv_tiles + T::kStages * T::kKVBytes),
-        staging(scale_tiles + T::kStages * T::kScaleStride),
+        staging(scale_tiles + T::kStages * T::kScaleBytes),
         warp_states(staging + T::kStages * T::kStagingBytes),
         multipliers(reinterpret_cast<float*>(warp_states + T::kMathWarps * T::kWarpStateBytes)),
         uncleaned(reinterpret_cast<BlockSpan*>(multipliers + T::kQBuffers * T::kMultiplierFloats)),
@@ -152,7 +154,8 @@ struct PrefillShared {
         q_empty(q_ready + T::kQBuffers) {}
 };
 
-// Key range of block b: min start / max end over its non-empty rows. Called by a full warp.
+// Block b: its tiles from min start (rounded down to kPrefillTileAlign) to max end over its
+// non-empty rows. Called by a full warp.
 template <int kBlockQ>
 __device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
   const int lane = threadIdx.x % 32;

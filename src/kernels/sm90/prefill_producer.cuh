@@ -45,7 +45,7 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
         sh.kv_full[kv.stage].arrive_expect_bytes(T::kKVBytes + T::kScaleBytes);
         tma_load_2d(sh.kv_tiles + kv.stage * T::kKVBytes, &p.kv_map, 0, key0,
                     &sh.kv_full[kv.stage]);
-        tma_load_2d(sh.scale_tiles + kv.stage * T::kScaleStride, &p.kscale_map, key0, 0,
+        tma_load_2d(sh.scale_tiles + kv.stage * T::kScaleBytes, &p.kscale_map, key0, 0,
                     &sh.kv_full[kv.stage]);
       }
       kv.advance();
@@ -117,14 +117,14 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
 // Warp 3: each tile's logits, once the math warps have staged them. Lane r stores row r of the
 // block as one TMA box of the tile's kTileKV columns (TMA drops what lies past S or out_cols); a
 // row whose first column is negative or not 16-byte aligned (compressed output, where the column
-// is the key less the row's start; TMA faults on either) the whole warp stores instead, 4 columns
-// a lane. Each lane frees the stage (kv_empty counts 32 arrivals) once its stores have read it.
+// is the key less the row's start; TMA faults on either) the whole warp stores instead, columns
+// lane + 32 c. Each lane frees the stage (kv_empty counts 32 arrivals) once its stores have read it.
 // Every column of a tile is either in its row's window (a logit) or not (-inf, from the math
 // warps): the tiles write exactly the columns they cover.
 template <typename T>
 __device__ __forceinline__ void store_logit_tiles(const PrefillParams& p,
                                                   const PrefillShared<T>& sh, int lane) {
-  constexpr int kColumnsPerLane = T::kTileKV / 32;
+  constexpr int kStoresPerLane = T::kTileKV / 32;
   const int element = p.logits_bf16 ? 2 : 4;
   RingPosition<T::kStages> kv;
   for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
@@ -146,16 +146,16 @@ __device__ __forceinline__ void store_logit_tiles(const PrefillParams& p,
       for (unsigned rows = __ballot_sync(0xffffffffu, writes && !by_tma); rows != 0;
            rows &= rows - 1) {
         const int r = __ffs(static_cast<int>(rows)) - 1;
-        const std::int64_t first = __shfl_sync(0xffffffffu, column, r) + kColumnsPerLane * lane;
+        const std::int64_t first = __shfl_sync(0xffffffffu, column, r) + lane;
         const std::uint8_t* from = staged + r * T::kStagingRowBytes;
         void* out = kernels::logits_row(p.logits, p.logits_row_stride,
                                         static_cast<std::int64_t>(s.block) * T::kBlockQ + r,
                                         p.logits_bf16);
 #pragma unroll
-        for (int c = 0; c < kColumnsPerLane; ++c) {
-          const std::int64_t to = first + c;
+        for (int c = 0; c < kStoresPerLane; ++c) {
+          const std::int64_t to = first + 32 * c;
           if (to < 0 || to >= p.out_cols) continue;
-          const int at = kColumnsPerLane * lane + c;
+          const int at = lane + 32 * c;
           if (p.logits_bf16) {
             static_cast<std::uint16_t*>(out)[to] = reinterpret_cast<const std::uint16_t*>(from)[at];
           } else {
