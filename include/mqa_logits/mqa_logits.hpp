@@ -58,6 +58,7 @@ OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len
 // weights: [S, H] fp32 or bf16, last dim contiguous
 // k_start, k_end: [S] int32; row i covers keys max(start, 0) <= j < min(end, T)
 // logits:  [S, T] (or [S, max_seqlen_k]) fp32 or bf16, last dim contiguous (see OutputLayout)
+// On a CUDA device q, kv, the key scales, weights and logits start 16-byte aligned.
 void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
                 const TensorView& k_start, const TensorView& k_end, const TensorView& logits,
                 const MqaLogitsOptions& options = {});
