@@ -66,6 +66,8 @@ const std::map<std::string_view, ValueHandler>& value_flags() {
        [](Options& o, auto f, auto v) { o.seq_len = parse_int<std::int64_t>(f, v, 0); }},
       {"--seq-len-kv",
        [](Options& o, auto f, auto v) { o.seq_len_kv = parse_int<std::int64_t>(f, v, 0); }},
+      {"--max-seqlen-k",
+       [](Options& o, auto f, auto v) { o.max_seqlen_k = parse_int<std::int64_t>(f, v, 0); }},
       {"--heads",
        [](Options& o, auto f, auto v) { o.head_count = parse_int<std::int64_t>(f, v, 1); }},
       {"--head-dim",
@@ -160,6 +162,8 @@ common options:
 prefill options:
   --seq-len S --seq-len-kv T   queries and keys (default 512, 8192)
   --windows causal|full|random|context-parallel   key window of each query (default causal)
+  --max-seqlen-k K          compressed output [S, K]: column c of row i is key start[i] + c
+                            (default 0: the full [S, T] output)
 decode options:
   --batch B --next-n N      sequences and queries per sequence (default 64, 1)
   --context L               average context length; lengths are uniform in [L/2, 3L/2]

@@ -28,6 +28,7 @@ struct Options {
   std::int64_t seq_len = 512;
   std::int64_t seq_len_kv = 8192;
   support::WindowKind windows = support::WindowKind::kCausal;
+  std::int64_t max_seqlen_k = 0;  // > 0: compressed output [S, max_seqlen_k]
 
   // Decode
   std::int64_t batch = 64;

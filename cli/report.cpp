@@ -121,6 +121,7 @@ void write_shape(JsonWriter& json, const Options& o) {
   if (o.operation == Operation::kPrefill) {
     json.key("seq_len").value(ll(o.seq_len)).key("seq_len_kv").value(ll(o.seq_len_kv));
     json.key("windows").value(support::window_kind_name(o.windows));
+    json.key("max_seqlen_k").value(ll(o.max_seqlen_k));
   } else {
     json.key("batch").value(ll(o.batch)).key("next_n").value(ll(o.next_n));
     json.key("avg_context").value(ll(o.avg_context)).key("block_kv").value(ll(o.block_kv));

@@ -34,6 +34,7 @@ support::PrefillSpec prefill_spec(const Options& options) {
   spec.weights_dtype = spec.logits_dtype = value_dtype(options);
   spec.clean_logits = options.clean_logits;
   spec.windows = options.windows;
+  spec.max_seqlen_k = options.max_seqlen_k;
   spec.seed = options.seed;
   return spec;
 }
@@ -56,11 +57,15 @@ support::PagedSpec paged_spec(const Options& options) {
 
 std::string describe(const support::PrefillWorkload& w, const Options& options) {
   const auto& s = w.spec;
+  const std::string compressed =
+      s.max_seqlen_k > 0 ? format_string("output compressed to %lld columns, ",
+                                         static_cast<long long>(s.max_seqlen_k))
+                         : "";
   return format_string("prefill S=%lld T=%lld H=%lld D=%lld, %s windows, ",
                        static_cast<long long>(s.seq_len), static_cast<long long>(s.seq_len_kv),
                        static_cast<long long>(s.num_heads), static_cast<long long>(s.head_dim),
                        support::window_kind_name(s.windows)) +
-         dtypes_and_cleaning(options);
+         compressed + dtypes_and_cleaning(options);
 }
 
 std::string describe(const support::PagedWorkload& w, const Options& options) {
