@@ -103,7 +103,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
   float4 lane_weights[T::kLaneWeightFours];  // this lane's weights of the block (see below)
 
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    const int tile_end = min(s.end_item, s.tiles);
+    const int tile_end = s.tile_end();
     if (s.first_item >= tile_end) return;
     const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + group * T::kGroupQ;
 
@@ -128,11 +128,6 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
 #pragma unroll
     for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
 
-    // One arrival per warp once all its lanes are done with the buffer.
-    auto release = [&](Barrier& empty) {
-      __syncwarp();
-      if (lane == 0) empty.arrive();
-    };
     const std::uint8_t* q_group = sh.q_tiles + qb.stage * T::kQBytes + group * T::kGroupBytes;
     (T::kFoldLinear ? sh.q_ready : sh.q_full)[qb.stage].wait(qb.phase);
     // kFoldLinear: the sh.multipliers of the lane's folded columns (term lane % 4 of the group's
@@ -220,7 +215,8 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
     } else {
       run_tiles(float{});
     }
-    release(sh.q_empty[qb.stage]);
+    __syncwarp();  // one arrival per warp once all its lanes are done with the Q buffer
+    if (lane == 0) sh.q_empty[qb.stage].arrive();
     qb.advance();
   });
 }
@@ -249,7 +245,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       sh.q_ready[s].init(T::kQueryWarps);
       sh.q_empty[s].init(T::kMathWarps);
     }
-    ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+    fence_barrier_init();
   }
   __syncthreads();
 

@@ -45,6 +45,8 @@ struct alignas(8) BlockSpan {
   std::int64_t lo;  // first key of tile 0 (schedule::prefill_tiles_start)
   int tiles;        // real tiles of the block (0 for an empty block)
   int items;
+  // End of this CTA's tiles of the block: it computes tiles [first_item, tile_end()).
+  __device__ int tile_end() const { return min(end_item, tiles); }
 };
 static_assert(sizeof(BlockSpan) == 32);
 

@@ -37,8 +37,7 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
   constexpr int kBlockQ = T::kBlockQ;
   RingPosition<T::kStages> kv;
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    const int tile_end = min(s.end_item, s.tiles);
-    for (int t = s.first_item; t < tile_end; ++t) {
+    for (int t = s.first_item; t < s.tile_end(); ++t) {
       if (lane == 0) {
         const int key0 = static_cast<int>(s.lo) + t * T::kTileKV;
         sh.kv_empty[kv.stage].wait(kv.phase ^ 1);
@@ -85,7 +84,7 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
   BlockSpan& uncleaned = sh.uncleaned[warp - 1];
   bool cleaning = false;  // uncleaned holds a block
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    if (s.first_item < min(s.end_item, s.tiles)) {  // the block has tiles here
+    if (s.first_item < s.tile_end()) {  // the block has tiles here
       if (warp == 1 && lane == 0) {
         sh.q_empty[qb.stage].wait(qb.phase ^ 1);
         sh.q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
@@ -131,8 +130,7 @@ __device__ __forceinline__ void store_logit_tiles(const PrefillParams& p,
     const std::int64_t row = static_cast<std::int64_t>(s.block) * T::kBlockQ + lane;
     const bool has_row = lane < T::kBlockQ && row < p.seq_len;
     const std::int64_t shift = has_row && p.compressed ? p.k_start[row] : 0;
-    const int tile_end = min(s.end_item, s.tiles);
-    for (int t = s.first_item; t < tile_end; ++t) {
+    for (int t = s.first_item; t < s.tile_end(); ++t) {
       const std::int64_t column = s.lo + std::int64_t{t} * T::kTileKV - shift;
       const bool writes = has_row && column > -T::kTileKV && column < p.out_cols;
       const bool by_tma = column >= 0 && column * element % 16 == 0;
