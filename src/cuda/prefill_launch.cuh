@@ -14,18 +14,19 @@
 
 namespace mqa_logits::cuda_backend {
 
-// The logits' map for the store warp: [S, out_cols] of their dtype, boxes of one row and
+// A logits map for the store warp: [S, out_cols] of their dtype, boxes of `box_rows` rows and
 // `box_columns` columns. Rows are 16-byte aligned (validate.cpp); a single row's stride is never
 // used, so it is rounded up to what the map needs.
-inline CUtensorMap logits_tensor_map(const PrefillProblem& problem, std::uint32_t box_columns) {
+inline CUtensorMap logits_tensor_map(const PrefillProblem& problem, std::uint32_t box_rows,
+                                     std::uint32_t box_columns) {
   const bool bf16 = problem.logits_dtype == DType::kBFloat16;
   const std::int64_t element = bf16 ? 2 : 4;
   const std::int64_t row_bytes = problem.seq_len > 1
                                      ? problem.logits_row_stride * element
                                      : (problem.out_cols * element + 15) / 16 * 16;
   const auto dtype = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
-  return make_tensor_map_2d(problem.logits, dtype, problem.seq_len, problem.out_cols, row_bytes, 1,
-                            box_columns, TmaSwizzle::kNone);
+  return make_tensor_map_2d(problem.logits, dtype, problem.seq_len, problem.out_cols, row_bytes,
+                            box_rows, box_columns, TmaSwizzle::kNone);
 }
 
 template <int kHeadDim, int kNumHeads>
@@ -45,7 +46,11 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
                                      Tiling::kTileKV, kHeadDim, swizzle);
   params.kscale_map = make_tensor_map_1d(kv_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys,
                                          Tiling::kScaleBox);
-  params.logits_map = logits_tensor_map(problem, Tiling::kTileKV);
+  const int element = problem.logits_dtype == DType::kBFloat16 ? 2 : 4;
+  params.logits_map =
+      logits_tensor_map(problem, problem.compressed ? 1 : Tiling::kBlockQ, Tiling::kTileKV);
+  params.logits_inner_map =
+      logits_tensor_map(problem, 1, Tiling::kTileKV - sm90::kStoreAlignBytes / element);
   params.weights = problem.weights;
   params.weights_row_stride = problem.weights_row_stride;
   params.k_start = problem.k_start;

@@ -191,6 +191,27 @@ TEST_F(PrefillGpu, ScheduledEqualsUnscheduledBitwise) {
   }
 }
 
+// Compressed output with random starts (most rows off the 16-byte grid), the blocks split over
+// the CTAs by device metadata: where two CTAs' tiles of a row meet, both write into one 16-byte
+// chunk, each its own columns.
+TEST_F(PrefillGpu, CompressedScheduledMatchesCpu) {
+  for (DType logits : {DType::kFloat32, DType::kBFloat16}) {
+    auto spec = edge(300, 6000, WindowKind::kRandom, 12);
+    spec.num_heads = 8;
+    spec.logits_dtype = logits;
+    spec.max_seqlen_k = 3000;
+    const auto workload = support::make_prefill_workload(spec);
+    const auto device = gpu_test::upload(workload.buffers);
+    const auto rows = schedule_meta_rows(get_num_sms());
+    DeviceBuffer meta(rows * 2 * sizeof(std::int32_t));
+    const auto meta_view = TensorView::contiguous(meta.data(), DType::kInt32, {rows, 2}, kGpu);
+    const auto dev_in = workload.inputs(device.pointers, kGpu);
+    get_mqa_logits_metadata(dev_in.k_start, dev_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads), meta_view);
+    DeviceBuffer out(workload.logits_bytes());
+    gpu_test::expect_matches_cpu(workload, gpu_logits(workload, device, out, meta_view), cpu_logits(workload));
+  }
+}
+
 // Compact cases for compute-sanitizer (memcheck, racecheck, synccheck): every code path once.
 TEST_F(PrefillGpu, CompactForSanitizer) {
   auto spec = edge(17, 260, WindowKind::kRandom, 11);

@@ -22,7 +22,9 @@
 //                          [lo, lo + 128 * tiles)), each block once the next one is folded, so
 //                          the main loop never waits on it.
 //   warpgroup 0, warp 3    store warp: each tile's staged logits to global memory by TMA, one
-//                          128-column box per block row; then the stage is free.
+//                          box of the block's rows (full output) or one per row (compressed
+//                          output, rows staged rotated onto the 16-byte grid); then the stage is
+//                          free.
 //   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
 //                          head reduction, the quad shuffles, the key scale and the window, the
 //                          logits staged in shared memory, while the other three warpgroups'
@@ -31,10 +33,10 @@
 // 68 at H = 64, and the lane's 32 weights of the block among them).
 // Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
-// have read them); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.
+// have read them, all lanes after lane 0's box for full output); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
 // 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per-warp
-// weights (staged once per block) and key windows 16 x (576 + 8 * kGroupQ) B; multipliers, the
+// weights (staged once per block) and key windows 16 x (576 + 16 * kGroupQ) B; multipliers, the
 // query warps' blocks awaiting cleaning, barriers: up to 227 KiB, with 8 stages at H = 64, 7 at
 // H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
@@ -47,6 +49,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/sm90/prefill_plan.cuh"
 #include "kernels/sm90/prefill_producer.cuh"
@@ -74,11 +77,14 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
   }
 }
 
-// The key window of query row `row` ({0, 0} past S).
-__device__ __forceinline__ int2 row_window(const PrefillParams& p, std::int64_t row) {
-  if (row >= p.seq_len) return make_int2(0, 0);
-  const auto win = schedule::prefill_row_window(p.k_start[row], p.k_end[row], p.seq_len_kv);
-  return make_int2(static_cast<int>(win.lo), static_cast<int>(win.hi));
+// What the math warps need of query row `row`: its key window (empty past S) and the rotation
+// of its staged logits (prefill_plan.cuh, staged_slot).
+__device__ __forceinline__ int4 row_window(const PrefillParams& p, std::int64_t row) {
+  if (row >= p.seq_len) return make_int4(0, 0, 0, 0);
+  const std::int32_t start = p.k_start[row];
+  const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
+  const int rotation = p.compressed ? first_aligned_column(start, p.logits_bf16 ? 2 : 4) : 0;
+  return make_int4(static_cast<int>(win.lo), static_cast<int>(win.hi), rotation, 0);
 }
 
 // Math warpgroups 1-4: per tile, the MMA, then the epilogue (relu * weight head sum, quad
@@ -96,7 +102,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
   std::uint8_t* warp_state = sh.warp_states + (warp - 4) * T::kWarpStateBytes;
   auto* warp_weights = reinterpret_cast<float4*>(warp_state);
   const float4* my_weights = warp_weights + (lane % 4) * (T::kWeightRowFloats / 4);
-  auto* group_windows = reinterpret_cast<int2*>(warp_state + T::kWeightBytes);
+  auto* group_windows = reinterpret_cast<int4*>(warp_state + T::kWeightBytes);
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
   float acc[T::kMmaN / 2];
@@ -136,8 +142,9 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         sh.multipliers + qb.stage * T::kMultiplierFloats + (lane % 4) * T::kBlockQ +
         group * T::kGroupQ);
 
-    // The tile loop, compiled per logit type (a branch inside it costs registers).
-    const auto run_tiles = [&](auto logit) {
+    // The tile loop, compiled per logit type and output kind (a branch inside it costs
+    // registers; full output stages its rows unrotated).
+    const auto run_tiles = [&](auto logit, auto compressed) {
       using Logit = decltype(logit);
       for (int t = s.first_item; t < tile_end; ++t) {
         const int stage = kv.stage;
@@ -198,22 +205,31 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
           // Output p = 4i + lane % 4 is (key row r, query q) = divmod(p, kGroupQ).
           const int r = (4 * i + lane % 4) / T::kGroupQ;
           const int q = (4 * i + lane % 4) % T::kGroupQ;
-          const int2 window = group_windows[q];
+          const int4 window = group_windows[q];  // lo, hi, rotation
           const int column = half_row + 8 * r;  // of the tile
           const int key = tile_key0 + column;
           const float v = key >= window.x && key < window.y ? sums[i] * (r ? kscale1 : kscale0)
                                                             : -INFINITY;
-          std::uint8_t* staged_row = staging + (group * T::kGroupQ + q) * T::kStagingRowBytes;
-          reinterpret_cast<Logit*>(staged_row)[column] = static_cast<Logit>(v);
+          std::uint8_t* staged_row =
+              staging + (group * T::kGroupQ + q) * T::staging_row_bytes(sizeof(Logit));
+          const int slot = compressed ? staged_slot(column, window.z) : column;
+          reinterpret_cast<Logit*>(staged_row)[slot] = static_cast<Logit>(v);
         }
         fence_async_proxy_shared();  // the store warp's TMA reads them in the async proxy
         sh.sums_full[stage].arrive();  // every thread: each orders its own staged logits
       }
     };
+    const auto run_tiles_of = [&](auto logit) {
+      if (p.compressed) {
+        run_tiles(logit, std::true_type{});
+      } else {
+        run_tiles(logit, std::false_type{});
+      }
+    };
     if (p.logits_bf16) {
-      run_tiles(__nv_bfloat16{});
+      run_tiles_of(__nv_bfloat16{});
     } else {
-      run_tiles(float{});
+      run_tiles_of(float{});
     }
     __syncwarp();  // one arrival per warp once all its lanes are done with the Q buffer
     if (lane == 0) sh.q_empty[qb.stage].arrive();
@@ -235,6 +251,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     prefetch_tensor_map(&p.kv_map);
     prefetch_tensor_map(&p.kscale_map);
     prefetch_tensor_map(&p.logits_map);
+    prefetch_tensor_map(&p.logits_inner_map);
     for (int s = 0; s < T::kStages; ++s) {
       sh.kv_full[s].init(1);
       sh.sums_full[s].init(T::kMathThreads);
@@ -254,7 +271,13 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     if (warp == 0) {
       produce_key_tiles<T>(p, sh, lane);
     } else if (warp == T::kStoreWarp) {
-      store_logit_tiles<T>(p, sh, lane);
+      if (!p.compressed) {
+        store_block_tiles<T>(p, sh, lane);
+      } else if (p.logits_bf16) {
+        store_row_tiles<T, std::uint16_t>(p, sh, lane);
+      } else {
+        store_row_tiles<T, std::uint32_t>(p, sh, lane);
+      }
     } else if (warp == 1 || T::kFoldLinear || p.clean_logits) {
       run_query_warps<T, kHeadDim, kNumHeads>(p, sh, warp, lane);
     }

@@ -20,7 +20,10 @@ struct PrefillParams {
   CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
   CUtensorMap kv_map;      // [T, D] bytes, box 128 x D
   CUtensorMap kscale_map;  // [T] fp32, box 128 (a tile's keys)
-  CUtensorMap logits_map;  // [S, out_cols] fp32 or bf16 (the logits' dtype), box 1 x 128
+  // [S, out_cols] fp32 or bf16 (the logits' dtype), boxes of 128 columns and kBlockQ rows (full
+  // output: a block's rows at once) or 1 row (compressed output, whose rows are shifted apart)
+  CUtensorMap logits_map;
+  CUtensorMap logits_inner_map;  // compressed output: box 1 x (128 - kStoreAlignBytes / element)
   const void* weights;     // [S, H] fp32 or bf16
   std::int64_t weights_row_stride;
   const std::int32_t* k_start;
@@ -89,16 +92,17 @@ struct PrefillTiling {
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
   // A stage's logits, staged by the math warps for the store warp's TMA: one row of kTileKV
-  // values per block row, fp32 or bf16 at the start of a 512-byte row.
-  static constexpr int kStagingRowBytes = kTileKV * 4;
-  static constexpr int kStagingBytes = kBlockQ * kStagingRowBytes;
+  // values (staged_slot) per block row, rows packed as a TMA box of all of them lays them out
+  // (staging_row_bytes: 512 bytes apart for fp32, 256 for bf16).
+  static constexpr int staging_row_bytes(int element) { return kTileKV * element; }
+  static constexpr int kStagingBytes = kBlockQ * staging_row_bytes(4);
   // Each math warp's state for its block's query group in shared memory: the weights, laid out
   // so that lane l reads its 32 (16 column pairs) as 8 float4 at row l % 4 (rows padded to spread
   // the banks) into registers once per block, then each query row's key window.
   static constexpr int kWeightRowFloats = 36;
   static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
-  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 8;
+  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 16;
   static constexpr int kQueryWarps = 2;  // warps 1-2 of warpgroup 0: Q loads, folds, cleaning
   static constexpr int kStoreWarp = 3;   // warp 3: the logits' TMA stores
   // Everything but the stages, then as many stages as fit (at most 8; D = 128: 8 at H = 64, 7 at
@@ -155,6 +159,27 @@ struct PrefillShared {
         q_ready(q_full + T::kQBuffers),
         q_empty(q_ready + T::kQBuffers) {}
 };
+
+// TMA stores need the first output column of a box 16-byte aligned.
+inline constexpr int kStoreAlignBytes = 16;
+
+// The first column c of a tile whose output column (the tile's first key, a multiple of
+// schedule::kPrefillTileAlign, plus c, less `shift`) is 16-byte aligned, for logits of
+// `element` bytes: shift mod the elements per 16 bytes.
+__host__ __device__ constexpr int first_aligned_column(std::int64_t shift, int element) {
+  return static_cast<int>(shift & (kStoreAlignBytes / element - 1));
+}
+static_assert(schedule::kPrefillTileAlign % (kStoreAlignBytes / 2) == 0,
+              "a tile's first key keeps bf16 and fp32 output columns 16-byte aligned");
+
+// Slot of tile column c in its staged row, where `rotation` = first_aligned_column: the row is
+// rotated so that the aligned columns [rotation, rotation + 128 - A) (A columns per 16 bytes)
+// fill slots [0, 128 - A), one TMA box from the start of the row (128-byte aligned, as TMA needs
+// of shared memory), and the A columns before and after them slots [128 - A, 128). Rotation 0
+// (every row of uncompressed output) is the identity: one box of all 128 columns.
+__device__ __forceinline__ int staged_slot(int column, int rotation) {
+  return (column - rotation) & (schedule::kPrefillTileKV - 1);
+}
 
 // Block b: its tiles from min start (rounded down to kPrefillTileAlign) to max end over its
 // non-empty rows. Called by a full warp.
