@@ -94,6 +94,7 @@ const std::map<std::string_view, SwitchHandler>& switch_flags() {
   static const std::map<std::string_view, SwitchHandler> flags = {
       {"--bf16", [](Options& o) { o.bf16 = true; }},
       {"--no-clean", [](Options& o) { o.clean_logits = false; }},
+      {"--no-schedule", [](Options& o) { o.schedule = false; }},
       {"--help", [](Options& o) { o.help = true; }},
       {"-h", [](Options& o) { o.help = true; }},
   };
@@ -164,6 +165,8 @@ prefill options:
   --windows causal|full|random|context-parallel   key window of each query (default causal)
   --max-seqlen-k K          compressed output [S, K]: column c of row i is key start[i] + c
                             (default 0: the full [S, T] output)
+  --no-schedule             call without schedule metadata (default: computed once, passed
+                            to every call)
 decode options:
   --batch B --next-n N      sequences and queries per sequence (default 64, 1)
   --context L               average context length; lengths are uniform in [L/2, 3L/2]

@@ -29,6 +29,7 @@ struct Options {
   std::int64_t seq_len_kv = 8192;
   support::WindowKind windows = support::WindowKind::kCausal;
   std::int64_t max_seqlen_k = 0;  // > 0: compressed output [S, max_seqlen_k]
+  bool schedule = true;           // --no-schedule: call without schedule metadata
 
   // Decode
   std::int64_t batch = 64;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "text.hpp"
@@ -65,7 +66,8 @@ std::string describe(const support::PrefillWorkload& w, const Options& options) 
                        static_cast<long long>(s.seq_len), static_cast<long long>(s.seq_len_kv),
                        static_cast<long long>(s.num_heads), static_cast<long long>(s.head_dim),
                        support::window_kind_name(s.windows)) +
-         compressed + dtypes_and_cleaning(options);
+         compressed + dtypes_and_cleaning(options) +
+         (options.schedule ? "" : ", no schedule metadata");
 }
 
 std::string describe(const support::PagedWorkload& w, const Options& options) {
@@ -86,9 +88,11 @@ TensorView allocate_metadata(Executor& executor, int num_sms) {
   return TensorView::contiguous(data, DType::kInt32, {rows, 2}, executor.device());
 }
 
-// Schedule metadata computed where the inputs live.
-TensorView schedule_metadata(const support::PrefillWorkload& w, const support::PrefillInputs& in,
-                             Executor& executor) {
+// Schedule metadata computed where the inputs live (prefill: none with --no-schedule).
+std::optional<TensorView> schedule_metadata(const support::PrefillWorkload& w,
+                                            const support::PrefillInputs& in, Executor& executor,
+                                            const Options& options) {
+  if (!options.schedule) return std::nullopt;
   const TensorView meta = allocate_metadata(executor, get_num_sms());
   get_mqa_logits_metadata(in.k_start, in.k_end, w.spec.seq_len_kv,
                           static_cast<int>(w.spec.num_heads), meta, executor.stream());
@@ -96,7 +100,7 @@ TensorView schedule_metadata(const support::PrefillWorkload& w, const support::P
 }
 
 TensorView schedule_metadata(const support::PagedWorkload& w, const support::PagedInputs& in,
-                             Executor& executor) {
+                             Executor& executor, const Options&) {
   const int num_sms = get_num_sms();
   const TensorView meta = allocate_metadata(executor, num_sms);
   get_paged_mqa_logits_metadata(in.context_lens, w.spec.block_kv, num_sms, meta, in.options.indices,
@@ -104,8 +108,8 @@ TensorView schedule_metadata(const support::PagedWorkload& w, const support::Pag
   return meta;
 }
 
-void call(const support::PrefillWorkload&, const support::PrefillInputs& in, const TensorView& meta,
-          const TensorView& logits, cudaStream_t stream) {
+void call(const support::PrefillWorkload&, const support::PrefillInputs& in,
+          const std::optional<TensorView>& meta, const TensorView& logits, cudaStream_t stream) {
   MqaLogitsOptions options = in.options;
   options.schedule_meta = meta;
   options.stream = stream;
@@ -209,7 +213,7 @@ RunResult run_workload(const Workload& workload, const Options& options, Executo
       format_string("placing the inputs in %s memory", device_name(executor.device().type)));
   const std::vector<void*> pointers = executor.place(workload.buffers);
   const auto inputs = workload.inputs(pointers, executor.device());
-  const TensorView meta = schedule_metadata(workload, inputs, executor);
+  const auto meta = schedule_metadata(workload, inputs, executor, options);
   void* logits = executor.allocate_poisoned(workload.logits_bytes());
   const TensorView logits_view = workload.logits_view(logits, executor.device());
 

@@ -69,7 +69,9 @@ def fp8_fp4_mqa_logits(
             ``[i, c]`` is the logit of key ``start[i] + c``.
         logits_dtype: float32 or bfloat16 (a torch dtype, a numpy dtype or its name).
         schedule_meta: optional result of :func:`get_mqa_logits_metadata` for these windows;
-            the output is bitwise identical without it.
+            the output is bitwise identical without it. Without it the CUDA kernel computes the
+            same split itself at the start of each call (~2-4 us); with it that is done once
+            for the calls that share the windows.
 
     Returns:
         ``[S, T]`` (or ``[S, max_seqlen_k]``) logits on q's device, allocated with q's framework:

@@ -67,9 +67,9 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   params.compressed = problem.compressed;
   params.clean_logits = problem.clean_logits;
 
-  const int grid = problem.schedule_meta != nullptr
-                       ? problem.schedule_workers
-                       : std::min(params.num_blocks, get_num_sms());
+  // Without metadata each CTA computes its segment of the same even split (find_segment).
+  const int grid =
+      problem.schedule_meta != nullptr ? problem.schedule_workers : get_num_sms();
   auto* kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Tiling::kSmemBytes),

@@ -3,9 +3,10 @@
 // a "units" policy: a unit is a prefill query block or a decode sequence (varlen: row), and each
 // unit is one group of paged_group_items / prefill_block_items work items.
 //
-// One CTA of kMetadataThreads threads: thread i counts the items of a contiguous run of units and
-// a block-wide exclusive scan gives every run its first item. Then thread i writes the rows of
-// workers i, i + kMetadataThreads, ...: it finds the run holding the worker's first item by
+// One CTA of kMetadataThreads threads (schedule_rows; the prefill kernel runs it too, for its own
+// two rows, when it is given no metadata): thread i counts the items of a contiguous run of units
+// and a block-wide exclusive scan gives every run its first item. Then thread i writes the rows
+// of workers i, i + kMetadataThreads, ...: it finds the run holding the worker's first item by
 // binary search over the runs' first items (every unit has at least one item, so non-empty runs
 // start at increasing items) and walks that run's units to the one holding it. Workers whose
 // segments start at the end of the list (more workers than items) and the final row get (number
@@ -67,18 +68,20 @@ struct PagedUnits {
   }
 };
 
-template <typename Units>
-__global__ void __launch_bounds__(kMetadataThreads)
-    schedule_metadata_kernel(const Units units, int workers, std::int32_t* out) {
-  using Scan = cub::BlockScan<std::int64_t, kMetadataThreads>;
-  __shared__ typename Scan::TempStorage scan_storage;
-  __shared__ std::int64_t run_first_item[kMetadataThreads];
+// Shared memory of schedule_rows for a CTA of kThreads threads.
+template <int kThreads>
+struct ScheduleScratch {
+  typename cub::BlockScan<std::int64_t, kThreads>::TempStorage scan;
+  std::int64_t run_first_item[kThreads];
+};
 
-  cudaGridDependencySynchronize();
-  cudaTriggerProgrammaticLaunchCompletion();
-
+// Rows [first_row, last_row] of the metadata for `workers` workers (schedule.hpp), row k at
+// out[2 * (k - first_row)]. Called by all kThreads threads of the CTA (it synchronizes them).
+template <int kThreads, typename Units>
+__device__ void schedule_rows(const Units& units, int workers, int first_row, int last_row,
+                              ScheduleScratch<kThreads>& scratch, std::int32_t* out) {
   const std::int64_t count = units.count();
-  const std::int64_t per_thread = schedule::ceil_div(count, kMetadataThreads);
+  const std::int64_t per_thread = schedule::ceil_div(count, kThreads);
   const std::int64_t begin = threadIdx.x * per_thread < count ? threadIdx.x * per_thread : count;
   const std::int64_t end = begin + per_thread < count ? begin + per_thread : count;
 
@@ -86,29 +89,29 @@ __global__ void __launch_bounds__(kMetadataThreads)
   for (std::int64_t unit = begin; unit < end; ++unit) my_items += units.items(unit);
   std::int64_t first_item = 0;
   std::int64_t total = 0;
-  Scan(scan_storage).ExclusiveSum(my_items, first_item, total);
+  cub::BlockScan<std::int64_t, kThreads>(scratch.scan).ExclusiveSum(my_items, first_item, total);
 
-  run_first_item[threadIdx.x] = first_item;
+  scratch.run_first_item[threadIdx.x] = first_item;
   __syncthreads();
 
   const schedule::SegmentSplit split(total, workers);
-  for (int k = static_cast<int>(threadIdx.x); k <= workers; k += kMetadataThreads) {
+  for (int k = first_row + static_cast<int>(threadIdx.x); k <= last_row; k += kThreads) {
     const std::int64_t pos = split.begin(k);
     std::int64_t unit = count;
     std::int64_t offset = 0;
     if (pos < total) {
       int lo = 0;  // the last run whose first item is <= pos
-      int hi = kMetadataThreads - 1;
+      int hi = kThreads - 1;
       while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
-        if (run_first_item[mid] <= pos) {
+        if (scratch.run_first_item[mid] <= pos) {
           lo = mid;
         } else {
           hi = mid - 1;
         }
       }
       unit = lo * per_thread;
-      std::int64_t unit_first = run_first_item[lo];
+      std::int64_t unit_first = scratch.run_first_item[lo];
       for (std::int64_t items = units.items(unit); unit_first + items <= pos;
            items = units.items(unit)) {
         unit_first += items;
@@ -116,9 +119,18 @@ __global__ void __launch_bounds__(kMetadataThreads)
       }
       offset = pos - unit_first;
     }
-    out[k * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
-    out[k * schedule::kMetaCols + 1] = static_cast<std::int32_t>(offset);
+    out[(k - first_row) * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
+    out[(k - first_row) * schedule::kMetaCols + 1] = static_cast<std::int32_t>(offset);
   }
+}
+
+template <typename Units>
+__global__ void __launch_bounds__(kMetadataThreads)
+    schedule_metadata_kernel(const Units units, int workers, std::int32_t* out) {
+  __shared__ ScheduleScratch<kMetadataThreads> scratch;
+  cudaGridDependencySynchronize();
+  cudaTriggerProgrammaticLaunchCompletion();
+  schedule_rows<kMetadataThreads>(units, workers, 0, workers, scratch, out);
 }
 
 }  // namespace mqa_logits::metadata_kernels

@@ -129,6 +129,15 @@ TEST_F(PrefillGpu, NoKeysCompressedStillCleans) {
   spec.max_seqlen_k = 64;
   run_and_compare(spec);
 }
+// One block of a few queries against a long context, without metadata: its tiles are still
+// split over every CTA (each computes its own segment).
+TEST_F(PrefillGpu, FewQueriesSplitOverCtas) {
+  run_and_compare(edge(3, 20000, WindowKind::kFull, 13));
+  auto spec = edge(5, 20000, WindowKind::kRandom, 14);
+  spec.max_seqlen_k = 9000;
+  spec.clean_logits = false;
+  run_and_compare(spec);
+}
 TEST_F(PrefillGpu, NoQueriesWritesNothing) { run_and_compare(edge(0, 128, WindowKind::kCausal, 7)); }
 TEST_F(PrefillGpu, DeepSeekShapedChunk) { run_and_compare(edge(512, 8192, WindowKind::kCausal, 8)); }
 
@@ -216,6 +225,7 @@ TEST_F(PrefillGpu, CompressedScheduledMatchesCpu) {
 TEST_F(PrefillGpu, CompactForSanitizer) {
   auto spec = edge(17, 260, WindowKind::kRandom, 11);
   run_and_compare(spec);
+  run_and_compare(edge(600, 300, WindowKind::kFull, 15));  // CTAs of 2-3 blocks reuse Q buffers
   spec.max_seqlen_k = 100;
   spec.logits_dtype = DType::kBFloat16;
   spec.weights_dtype = DType::kBFloat16;

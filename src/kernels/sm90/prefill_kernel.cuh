@@ -33,16 +33,18 @@
 // 68 at H = 64, and the lane's 32 weights of the block among them).
 // Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
-// have read them, all lanes after lane 0's box for full output); per Q buffer q_full (TMA), q_ready (folded, H = 64) and q_empty.
+// have read them; for full output all lanes once lane 0's box has); per Q buffer q_full (TMA),
+// q_ready (folded, H = 64) and q_empty (each math thread, once done with the block).
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
 // 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per-warp
 // weights (staged once per block) and key windows 16 x (576 + 16 * kGroupQ) B; multipliers, the
 // query warps' blocks awaiting cleaning, barriers: up to 227 KiB, with 8 stages at H = 64, 7 at
 // H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
-// Scheduling: without metadata, CTA c takes blocks c, c + grid, ...; with metadata, CTA c takes
-// its contiguous segment of (block, tile) items. Every output element is computed by the same
-// instructions in the same order either way, so both give bitwise-identical logits.
+// Scheduling: CTA c takes its contiguous segment of (block, tile) items, rows c and c + 1 of the
+// metadata, read when given and otherwise computed by the CTA itself (find_segment). Every
+// output element is computed by the same instructions in the same order either way, so both
+// give bitwise-identical logits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -231,8 +233,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
     } else {
       run_tiles_of(float{});
     }
-    __syncwarp();  // one arrival per warp once all its lanes are done with the Q buffer
-    if (lane == 0) sh.q_empty[qb.stage].arrive();
+    sh.q_empty[qb.stage].arrive();  // every thread, once done with the Q buffer (and multipliers)
     qb.advance();
   });
 }
@@ -260,10 +261,11 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     for (int s = 0; s < T::kQBuffers; ++s) {
       sh.q_full[s].init(1);
       sh.q_ready[s].init(T::kQueryWarps);
-      sh.q_empty[s].init(T::kMathWarps);
+      sh.q_empty[s].init(T::kMathThreads);
     }
     fence_barrier_init();
   }
+  find_segment(p, sh);
   __syncthreads();
 
   if (warp < 4) {  // producer, query warps, cleaners and store warp (prefill_producer.cuh)

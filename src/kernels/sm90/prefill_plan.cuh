@@ -1,7 +1,6 @@
 // The prefill kernel's plan (prefill_kernel.cuh), shared by its launcher and its roles: the
 // parameters, the tiling constants and shared-memory budget, the shared-memory carve-up, and the
-// walk over a CTA's block spans (the round robin over blocks, or its segment of the schedule
-// metadata).
+// walk over a CTA's block spans (its segment of the schedule, given or computed by the CTA).
 #pragma once
 
 #include <cuda.h>
@@ -11,10 +10,16 @@
 #include <cstdint>
 
 #include "kernels/fold_terms.hpp"
+#include "kernels/metadata_kernel.cuh"
 #include "kernels/sm90/primitives.cuh"
 #include "schedule.hpp"
 
 namespace mqa_logits::sm90 {
+
+// The CTA's segment of the schedule (find_segment): its first and end (block, item), as two rows
+// of the metadata. Static shared memory: its address is a constant, so the walk over the spans
+// holds no pointer to it.
+static __shared__ std::int32_t prefill_segment[2 * schedule::kMetaCols];
 
 struct PrefillParams {
   CUtensorMap q_map;       // [S * H, D] bytes, box 128 x D (one query group)
@@ -33,7 +38,7 @@ struct PrefillParams {
   std::int64_t seq_len;
   std::int64_t seq_len_kv;
   std::int64_t out_cols;
-  const std::int32_t* schedule_meta;  // null: round-robin over blocks
+  const std::int32_t* schedule_meta;  // null: each CTA computes its segment (find_segment)
   int num_blocks;
   bool weights_bf16;
   bool logits_bf16;
@@ -112,12 +117,15 @@ struct PrefillTiling {
                                      kQueryWarps * static_cast<int>(sizeof(BlockSpan)) +
                                      8 * 3 * kQBuffers;
   static constexpr int kStageBytes = kKVBytes + kScaleBytes + kStagingBytes + 8 * 3;
-  static constexpr int kSmemLimit = 227 * 1024;  // opt-in dynamic shared memory of a CTA
+  // Opt-in shared memory of a CTA, less the static prefill_segment.
+  static constexpr int kSmemLimit = 227 * 1024 - static_cast<int>(sizeof(prefill_segment));
   static constexpr int kStages = (kSmemLimit - kFixedBytes) / kStageBytes < 8
                                      ? (kSmemLimit - kFixedBytes) / kStageBytes
                                      : 8;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
   static_assert(kStages >= 2 && kSmemBytes <= kSmemLimit);
+  // Without metadata the CTA computes its segment, before the pipeline starts, in the K stages.
+  static_assert(sizeof(metadata_kernels::ScheduleScratch<kThreads>) <= kStages * kKVBytes);
   // TMA boxes start 128-byte aligned (staging, key scales); barriers and BlockSpans 8-byte.
   static_assert(kKVBytes % 128 == 0 && kScaleBytes % 128 == 0 && kStagingBytes % 128 == 0);
   static_assert((kMathWarps * kWarpStateBytes + kQBuffers * kMultiplierFloats * 4) % 8 == 0);
@@ -202,18 +210,37 @@ __device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
   return {b, 0, items, start, hi > lo ? items : 0, items};
 }
 
-// Calls f(span) for every block span of this CTA, in order. Called by full warps.
-template <int kBlockQ, typename F>
-__device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
-  if (p.schedule_meta == nullptr) {
-    for (int b = blockIdx.x; b < p.num_blocks; b += gridDim.x) f(block_span<kBlockQ>(p, b));
+// This CTA's segment of the schedule into prefill_segment: rows blockIdx.x and blockIdx.x + 1 of
+// the metadata, read from it when given, else computed here as the metadata kernel would (so the
+// items are split evenly over the CTAs either way), in the K stages' memory that no TMA has
+// written yet. Called by every thread of the CTA before the roles start.
+template <typename T>
+__device__ __forceinline__ void find_segment(const PrefillParams& p, const PrefillShared<T>& sh) {
+  constexpr int kRowInts = 2 * schedule::kMetaCols;
+  if (p.schedule_meta != nullptr) {
+    const int at = schedule::kMetaCols * blockIdx.x + threadIdx.x;
+    if (threadIdx.x < kRowInts) prefill_segment[threadIdx.x] = p.schedule_meta[at];
     return;
   }
-  const std::int32_t* meta = p.schedule_meta + 2 * blockIdx.x;
-  int block = meta[0], item = meta[1];
-  const int end_block = min(meta[2], p.num_blocks), end_item = meta[3];
-  for (; block < end_block || (block == end_block && block < p.num_blocks && item < end_item);
-       ++block, item = 0) {
+  const metadata_kernels::PrefillUnits units{p.k_start, p.k_end, p.seq_len, p.seq_len_kv,
+                                             T::kBlockQ};
+  auto& scratch = *reinterpret_cast<metadata_kernels::ScheduleScratch<T::kThreads>*>(sh.kv_tiles);
+  metadata_kernels::schedule_rows<T::kThreads>(units, gridDim.x, blockIdx.x, blockIdx.x + 1,
+                                               scratch, prefill_segment);
+  fence_async_proxy_shared();  // TMA (the async proxy) writes the scratch next
+}
+
+// Calls f(span) for every block span of this CTA's segment (prefill_segment), in order. Called
+// by full warps.
+template <int kBlockQ, typename F>
+__device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
+  // Read where used (volatile): the bounds need no registers across the spans.
+  const volatile std::int32_t* bounds = prefill_segment;
+  for (int block = bounds[0], item = bounds[1];; ++block, item = 0) {
+    const int end_block = min(bounds[2], p.num_blocks), end_item = bounds[3];
+    if (block > end_block || (block == end_block && (block == p.num_blocks || item >= end_item))) {
+      return;
+    }
     BlockSpan span = block_span<kBlockQ>(p, block);
     span.first_item = item;
     span.end_item = block == end_block ? min(end_item, span.items) : span.items;
