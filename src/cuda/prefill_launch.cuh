@@ -10,6 +10,7 @@
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/prefill_kernel.cuh"
 #include "mqa_logits/mqa_logits.hpp"
+#include "mqa_logits/tensor.hpp"
 #include "problem.hpp"
 
 namespace mqa_logits::cuda_backend {
@@ -20,7 +21,7 @@ namespace mqa_logits::cuda_backend {
 inline CUtensorMap logits_tensor_map(const PrefillProblem& problem, std::uint32_t box_rows,
                                      std::uint32_t box_columns) {
   const bool bf16 = problem.logits_dtype == DType::kBFloat16;
-  const std::int64_t element = bf16 ? 2 : 4;
+  const auto element = static_cast<std::int64_t>(dtype_size(problem.logits_dtype));
   const std::int64_t row_bytes = problem.seq_len > 1
                                      ? problem.logits_row_stride * element
                                      : (problem.out_cols * element + 15) / 16 * 16;
@@ -46,7 +47,7 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
                                      Tiling::kTileKV, kHeadDim, swizzle);
   params.kscale_map = make_tensor_map_1d(kv_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, keys,
                                          Tiling::kScaleBox);
-  const int element = problem.logits_dtype == DType::kBFloat16 ? 2 : 4;
+  const auto element = static_cast<int>(dtype_size(problem.logits_dtype));
   params.logits_map =
       logits_tensor_map(problem, problem.compressed ? 1 : Tiling::kBlockQ, Tiling::kTileKV);
   params.logits_inner_map =
