@@ -46,6 +46,21 @@ void run_and_compare(const PrefillSpec& spec) {
   gpu_test::expect_matches_cpu(workload, gpu, cpu_logits(workload));
 }
 
+// The schedule metadata of the workload's windows for get_num_sms() workers, computed on the GPU.
+struct DeviceMetadata {
+  DeviceBuffer buffer;
+  TensorView view;
+};
+DeviceMetadata device_metadata(const PrefillWorkload& workload, const gpu_test::DeviceInputs& device) {
+  const auto rows = schedule_meta_rows(get_num_sms());
+  DeviceMetadata meta{DeviceBuffer(rows * 2 * sizeof(std::int32_t)), {}};
+  meta.view = TensorView::contiguous(meta.buffer.data(), DType::kInt32, {rows, 2}, kGpu);
+  const auto in = workload.inputs(device.pointers, kGpu);
+  get_mqa_logits_metadata(in.k_start, in.k_end, workload.spec.seq_len_kv,
+                          static_cast<int>(workload.spec.num_heads), meta.view);
+  return meta;
+}
+
 std::string describe(const PrefillSpec& s) {
   return "S" + std::to_string(s.seq_len) + "_T" + std::to_string(s.seq_len_kv) + "_H" +
          std::to_string(s.num_heads) + "_D" + std::to_string(s.head_dim) + "_w" +
@@ -179,23 +194,20 @@ TEST_F(PrefillGpu, ScheduledEqualsUnscheduledBitwise) {
     spec.num_heads = windows == WindowKind::kRandom ? 16 : 64;
     const auto workload = support::make_prefill_workload(spec);
     const auto device = gpu_test::upload(workload.buffers);
-    const int workers = get_num_sms();
-    const auto rows = schedule_meta_rows(workers);
+    const auto rows = schedule_meta_rows(get_num_sms());
 
     std::vector<std::int32_t> host_meta(rows * 2);
     const auto host_in = workload.host_inputs();
     get_mqa_logits_metadata(host_in.k_start, host_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads),
                             TensorView::contiguous(host_meta.data(), DType::kInt32, {rows, 2}));
-    DeviceBuffer meta(host_meta.size() * sizeof(std::int32_t));
-    const auto dev_in = workload.inputs(device.pointers, kGpu);
-    const auto meta_view = TensorView::contiguous(meta.data(), DType::kInt32, {rows, 2}, kGpu);
-    get_mqa_logits_metadata(dev_in.k_start, dev_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads), meta_view);
-    const auto device_meta = meta.download();
+    const auto meta = device_metadata(workload, device);
+    const auto device_meta = meta.buffer.download();
+    ASSERT_EQ(device_meta.size(), host_meta.size() * sizeof(std::int32_t));
     ASSERT_EQ(std::memcmp(device_meta.data(), host_meta.data(), device_meta.size()), 0) << "device metadata";
 
     DeviceBuffer out(workload.logits_bytes());
     const auto unscheduled = gpu_logits(workload, device, out);
-    const auto scheduled = gpu_logits(workload, device, out, meta_view);
+    const auto scheduled = gpu_logits(workload, device, out, meta.view);
     EXPECT_EQ(scheduled, unscheduled) << support::window_kind_name(windows);
   }
 }
@@ -211,13 +223,9 @@ TEST_F(PrefillGpu, CompressedScheduledMatchesCpu) {
     spec.max_seqlen_k = 3000;
     const auto workload = support::make_prefill_workload(spec);
     const auto device = gpu_test::upload(workload.buffers);
-    const auto rows = schedule_meta_rows(get_num_sms());
-    DeviceBuffer meta(rows * 2 * sizeof(std::int32_t));
-    const auto meta_view = TensorView::contiguous(meta.data(), DType::kInt32, {rows, 2}, kGpu);
-    const auto dev_in = workload.inputs(device.pointers, kGpu);
-    get_mqa_logits_metadata(dev_in.k_start, dev_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads), meta_view);
+    const auto meta = device_metadata(workload, device);
     DeviceBuffer out(workload.logits_bytes());
-    gpu_test::expect_matches_cpu(workload, gpu_logits(workload, device, out, meta_view), cpu_logits(workload));
+    gpu_test::expect_matches_cpu(workload, gpu_logits(workload, device, out, meta.view), cpu_logits(workload));
   }
 }
 
