@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     prefetch_tensor_map(&p.kv_map);
     prefetch_tensor_map(&p.kscale_map);
     prefetch_tensor_map(&p.logits_map);
-    prefetch_tensor_map(&p.logits_inner_map);
+    if (p.compressed) prefetch_tensor_map(&p.logits_inner_map);  // used by compressed rows only
     for (int s = 0; s < T::kStages; ++s) {
       sh.kv_full[s].init(1);
       sh.sums_full[s].init(T::kMathThreads);
