@@ -8,8 +8,8 @@
 // its first 128 columns and the rest, and starts the epilogue on the first (split_mma). block_kv
 // 64 is one block per tile, block_kv 32 two.
 //
-// Pipeline. `stages` key tiles (as many as fit, at most 32: about 200 KB in flight at next_n 1,
-// D 128), each a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
+// Pipeline. `stages` key tiles (as many as fit, at most 32 and 96 KB of keys: 12 at D 128), each
+// a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
 // q_empty), so the next group's queries load while the current group finishes. A tile's key
 // scales land in the stage beside it; a per-stage word says which blocks were loaded (block ids
 // outside [0, num_blocks) are never read: their keys are outside the window). Tiles go

@@ -35,6 +35,10 @@ inline constexpr int kWidthGranule = 64;       // chunk widths are multiples of 
 inline constexpr int kQBoxRows = 64;           // (row, head) pairs per q TMA box
 inline constexpr int kKeyBoxRows = 32;         // key rows per TMA box (a block is one or two)
 inline constexpr int kMaxStages = 32;
+// Key bytes a CTA keeps in flight, at most (12 tiles at D = 128). More only lengthens the queue
+// at HBM: the SMs' loads then complete less evenly, and a call ends later by a few microseconds
+// (docs/perf-notes.md, "Fewer key bytes in flight").
+inline constexpr std::uint32_t kMaxKeyBytesInFlight = 96 * 1024;
 inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous one runs
 inline constexpr int kScaleBytes = 4;
 
@@ -176,8 +180,8 @@ __host__ __device__ constexpr std::uint32_t align_up(std::uint32_t value, std::u
 }
 
 // The carve-up of an instance for `mma_rows` rows, with as many stages (a multiple of its math
-// warpgroups, at most kMaxStages) as `budget_bytes` allows. stages == 0 means the budget is too
-// small.
+// warpgroups, at most kMaxStages and kMaxKeyBytesInFlight) as `budget_bytes` allows. stages == 0
+// means the budget is too small.
 constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int weight_bytes,
                                       std::uint32_t budget_bytes) {
   SmemLayout s;
@@ -193,7 +197,8 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
   // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % warpgroups
   // (paged_kernel.cuh, Pipeline).
-  s.stages = min_int(kMaxStages, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
+  const int most = min_int(kMaxStages, static_cast<int>(kMaxKeyBytesInFlight / s.tile_bytes));
+  s.stages = min_int(most, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
   const auto stages = static_cast<std::uint32_t>(s.stages);
   s.q_offset = 0;
   s.tiles_offset = s.q_offset + kQSlots * s.q_slot_bytes;  // both multiples of 1024
