@@ -57,7 +57,7 @@
 //
 // Shared memory (make_smem_layout; its accessors in paged_shared_state.cuh): 2 x (q slot +
 // weight slot) + one fp32 weight copy per math warpgroup + stages x (64 x D key bytes + 256
-// bytes of scales + 4) + barriers, filling the opt-in maximum (227 KB on H100 / H200).
+// bytes of scales + 4) + barriers, within the opt-in maximum (227 KB on H100 / H200).
 //
 // Coverage: (row, tile) pairs are owned by exactly one worker; the owner writes every column of
 // the tile below max_context_len that is below the row's length rounded up to 64: the logit where
