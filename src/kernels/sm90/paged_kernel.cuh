@@ -36,9 +36,11 @@
 //                         the TMA boxes of kKeyBoxRows rows (or, for block strides TMA cannot
 //                         express, every lane 4-byte cp.async with the same swizzle); warp 0 also
 //                         loads q / weights per group, warp 1 first prefetches into L2 what the
-//                         producers read per group (block-table entries, q, weights). Then all
-//                         four clean (clean_logits): -inf over every row's columns from its
-//                         length rounded up to a tile to max_context_len, spread over all CTAs.
+//                         producers read per group (block-table entries, q, weights), and before
+//                         the wait for the previous kernel the metadata rows and context
+//                         lengths. Then all four clean (clean_logits): -inf over every row's
+//                         columns from its length rounded up to a tile to max_context_len,
+//                         spread over all CTAs.
 //   math warpgroups       four, three or two (math_warpgroups: as many as the register file
 //                         holds); tile t goes to math warpgroup t % count, so the others' MMAs
 //                         run while one warpgroup's epilogue (paged_epilogue.cuh: relu, weight,
@@ -216,6 +218,7 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   const std::uint32_t misalignment = smem_address(smem_raw) % 1024;
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
 
+  if (threadIdx.x / 32 == 1) prefetch_launch_inputs(params, static_cast<int>(threadIdx.x % 32));
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < params.smem.stages; ++stage) {
       s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
@@ -231,9 +234,10 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   }
   __syncthreads();
   // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no
-  // global memory is touched before this point. The trigger lets a kernel launched after this one
-  // the same way place its CTAs (and run its prologue) on SMs as soon as ours leave them, instead
-  // of after the whole grid; it still waits for this grid's completion before it reads anything.
+  // global memory is read before this point (warp 1 only prefetched into L2). The trigger lets a
+  // kernel launched after this one the same way place its CTAs (and run its prologue) on SMs as
+  // soon as ours leave them, instead of after the whole grid; it still waits for this grid's
+  // completion before it reads anything.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
 

@@ -186,6 +186,23 @@ __device__ void run_producer(const PagedParams& p, const SharedState& s, int pro
 
 // ---- helpers: L2 prefetch and cleaning ------------------------------------------------------
 
+// Before the wait for the previous kernel, which may still write what this one reads: L2
+// prefetches by address alone (no value is read) of what the first dependent reads after the wait
+// need, this CTA's two metadata rows and a 1/grid share of the context lengths. A CTA may start
+// long before the wait returns (as the previous kernel's CTAs leave), with that kernel's stream
+// of keys still passing through L2: evict_last keeps the lines there.
+__device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
+  constexpr int kLine = 128;
+  const auto cta = static_cast<std::int64_t>(blockIdx.x);
+  const auto grid = static_cast<std::int64_t>(gridDim.x);
+  if (lane < 2) prefetch_l2_evict_last(p.schedule_meta + (cta + lane) * schedule::kMetaCols);
+  const std::int64_t lens_bytes = static_cast<std::int64_t>(p.units) * p.lens_cols * 4;
+  const auto* lens = reinterpret_cast<const std::uint8_t*>(p.context_lens);
+  for (std::int64_t line = cta + grid * lane; line * kLine < lens_bytes; line += 32 * grid) {
+    prefetch_l2_evict_last(lens + line * kLine);
+  }
+}
+
 // Warms L2 with what the producer reads at the start of each group of this CTA's segment: the
 // block-table entries of its tiles, its q rows and weights. The producer otherwise pays a DRAM
 // round trip per group before its first key load can go out (short sequences at large batch).

@@ -170,6 +170,11 @@ struct DealtRingPosition {
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
+// The same, the line kept in preference to others (evict_last): for small data needed only after
+// a stream of other traffic has passed through L2.
+__device__ __forceinline__ void prefetch_l2_evict_last(const void* ptr) {
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(ptr));
+}
 
 // Makes barrier initialization visible to the async proxy (TMA) before any use.
 __device__ __forceinline__ void fence_barrier_init() {
