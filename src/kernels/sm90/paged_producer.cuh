@@ -206,6 +206,11 @@ __device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
 // Warms L2 with what the producer reads at the start of each group of this CTA's segment: the
 // block-table entries of its tiles, its q rows and weights. The producer otherwise pays a DRAM
 // round trip per group before its first key load can go out (short sequences at large batch).
+// A later group starts after tens of megabytes of keys have passed through L2, so its table
+// entries and weights (a few hundred bytes to a few kilobytes) are kept with evict_last. Its q
+// rows (8 KB a row at H = 64, D = 128) are not: their load goes out a ring's depth ahead of the
+// math warpgroups anyway, and that much evict_last data per call would crowd L2 for other
+// kernels.
 template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = 128;
@@ -217,7 +222,7 @@ __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
                              ceil_div_int(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / 4;
     for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
-      prefetch_l2(g.table + entry);
+      prefetch_l2_evict_last(g.table + entry);
     }
     const auto* q = static_cast<const std::uint8_t*>(p.q) +
                     static_cast<std::int64_t>(g.first_row) * H * head_dim;
@@ -228,7 +233,7 @@ __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
     const auto* w = static_cast<const std::uint8_t*>(p.weights) +
                     static_cast<std::int64_t>(g.first_row) * H * weight_size;
     for (int byte = lane * kLine; byte < g.rows * H * weight_size; byte += 32 * kLine) {
-      prefetch_l2(w + byte);
+      prefetch_l2_evict_last(w + byte);
     }
   });
 }
