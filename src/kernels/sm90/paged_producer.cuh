@@ -208,9 +208,10 @@ __device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
 // round trip per group before its first key load can go out (short sequences at large batch).
 // A later group starts after tens of megabytes of keys have passed through L2, so its table
 // entries and weights (a few hundred bytes to a few kilobytes) are kept with evict_last. Its q
-// rows (8 KB a row at H = 64, D = 128) are not: their load goes out a ring's depth ahead of the
-// math warpgroups anyway, and that much evict_last data per call would crowd L2 for other
-// kernels.
+// rows (8 KB a row at H = 64, D = 128, megabytes a call) are not, for what that much evict_last
+// data left behind might cost the kernels between two calls; their load then waits on HBM
+// (~1 us a call at ~4 groups a CTA: docs/perf-notes.md, "Later groups' table entries kept in
+// L2").
 template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = 128;
