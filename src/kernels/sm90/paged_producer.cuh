@@ -192,11 +192,12 @@ __device__ void run_producer(const PagedParams& p, const SharedState& s, int pro
 // long before the wait returns (as the previous kernel's CTAs leave), with that kernel's stream
 // of keys still passing through L2: evict_last keeps the lines there.
 __device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
-  constexpr int kLine = 128;
+  constexpr int kLine = kL2LineBytes;
   const auto cta = static_cast<std::int64_t>(blockIdx.x);
   const auto grid = static_cast<std::int64_t>(gridDim.x);
   if (lane < 2) prefetch_l2_evict_last(p.schedule_meta + (cta + lane) * schedule::kMetaCols);
-  const std::int64_t lens_bytes = static_cast<std::int64_t>(p.units) * p.lens_cols * 4;
+  const std::int64_t lens_bytes =
+      static_cast<std::int64_t>(p.units) * p.lens_cols * sizeof(*p.context_lens);
   const auto* lens = reinterpret_cast<const std::uint8_t*>(p.context_lens);
   for (std::int64_t line = cta + grid * lane; line * kLine < lens_bytes; line += 32 * grid) {
     prefetch_l2_evict_last(lens + line * kLine);
@@ -214,14 +215,14 @@ __device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
 // L2").
 template <int H, int kMmaRows>
 __device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
-  constexpr int kLine = 128;
+  constexpr int kLine = kL2LineBytes;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(0);
     const int blocks_per_tile = tile_blocks(p.block_kv);
     const int first = tiles.tile(tiles.begin) * blocks_per_tile;
     const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
                              ceil_div_int(g.key_limit, p.block_kv));
-    constexpr int kEntriesPerLine = kLine / 4;
+    constexpr int kEntriesPerLine = kLine / sizeof(*g.table);
     for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
       prefetch_l2_evict_last(g.table + entry);
     }

@@ -166,7 +166,8 @@ struct DealtRingPosition {
   }
 };
 
-// Hint: bring the 128-byte line holding `ptr` (global memory) into L2.
+// Hint: bring the kL2LineBytes-byte line holding `ptr` (global memory) into L2.
+inline constexpr int kL2LineBytes = 128;
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
