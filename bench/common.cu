@@ -185,9 +185,29 @@ DeviceArena::~DeviceArena() {
   cudaFree(logits_);
 }
 
+void DeviceArena::upload(std::size_t slot, const support::HostBuffer& buffer) const {
+  if (!buffer.bytes.empty()) {
+    check(cudaMemcpy(pointers_.at(slot), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  }
+}
+
 std::vector<std::byte> DeviceArena::download_logits() const {
   std::vector<std::byte> host(logits_bytes_);
   check(cudaMemcpy(host.data(), logits_, logits_bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy logits");
+  return host;
+}
+
+std::unique_ptr<std::byte[]> DeviceArena::download_rows(std::span<const std::int64_t> rows,
+                                                        std::size_t row_stride_bytes,
+                                                        std::size_t row_bytes) const {
+  auto host = std::make_unique_for_overwrite<std::byte[]>(logits_bytes_);
+  for (const std::int64_t row : rows) {
+    const std::size_t offset = static_cast<std::size_t>(row) * row_stride_bytes;
+    check(cudaMemcpy(host.get() + offset, static_cast<const std::byte*>(logits_) + offset, row_bytes,
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy logits row");
+  }
   return host;
 }
 

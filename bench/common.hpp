@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -42,8 +44,17 @@ class DeviceArena {
   DeviceArena& operator=(const DeviceArena&) = delete;
   ~DeviceArena();
   const std::vector<void*>& pointers() const { return pointers_; }
+  // Copies `buffer` over the device copy of input `slot` (of the same size): new windows for the
+  // same queries and keys.
+  void upload(std::size_t slot, const support::HostBuffer& buffer) const;
   void* logits() const { return logits_; }
   std::vector<std::byte> download_logits() const;
+  // Rows `rows` of the logits (`row_bytes` each, `row_stride_bytes` apart) at their own offsets in
+  // a host buffer of the whole logits' size, the other rows left unwritten: verifying a sample of
+  // rows then neither copies nor touches the gigabytes of the rest.
+  std::unique_ptr<std::byte[]> download_rows(std::span<const std::int64_t> rows,
+                                             std::size_t row_stride_bytes,
+                                             std::size_t row_bytes) const;
 
  private:
   std::vector<void*> pointers_;
@@ -69,6 +80,7 @@ struct BenchContext {
 };
 
 std::vector<Record> run_prefill_bench(const BenchContext& context);
+std::vector<Record> run_prefill_patterns_bench(const BenchContext& context);
 std::vector<Record> run_paged_bench(const BenchContext& context);
 
 }  // namespace mqa_logits::bench

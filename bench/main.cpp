@@ -1,6 +1,9 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
-//   mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]
+//   mqa-logits-bench [prefill|patterns|decode|all] [--quick] [--json FILE]
+//
+// prefill: causal shapes; patterns: the prefill window patterns engines send; decode: paged
+// shapes; all (default): the three.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,7 +16,8 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr, "usage: mqa-logits-bench [prefill|decode|all] [--quick] [--json FILE]\n");
+  std::fprintf(stderr,
+               "usage: mqa-logits-bench [prefill|patterns|decode|all] [--quick] [--json FILE]\n");
   return 2;
 }
 
@@ -25,7 +29,7 @@ int main(int argc, char** argv) {
   BenchContext context;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "prefill" || arg == "decode" || arg == "all") {
+    if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "all") {
       suite = arg;
     } else if (arg == "--quick") {
       context.quick = true;
@@ -46,14 +50,14 @@ int main(int argc, char** argv) {
     std::printf("%s, %d SMs: copy %.2f TB/s, FP8 GEMM 8192^3 %.0f TFLOPS\n", props.name,
                 props.multiProcessorCount, context.ceilings.copy_tbps, context.ceilings.fp8_tflops);
     std::vector<Record> records;
-    if (suite != "decode") {
-      auto r = run_prefill_bench(context);
+    const auto run_suite = [&](const char* name, std::vector<Record> (*run)(const BenchContext&)) {
+      if (suite != name && suite != "all") return;
+      auto r = run(context);
       records.insert(records.end(), r.begin(), r.end());
-    }
-    if (suite != "prefill") {
-      auto r = run_paged_bench(context);
-      records.insert(records.end(), r.begin(), r.end());
-    }
+    };
+    run_suite("prefill", run_prefill_bench);
+    run_suite("patterns", run_prefill_patterns_bench);
+    run_suite("decode", run_paged_bench);
     bool all_verified = true;
     for (const auto& r : records) all_verified = all_verified && std::get<bool>(r.at("verified"));
     if (!json_path.empty()) {

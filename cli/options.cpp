@@ -3,6 +3,7 @@
 #include <charconv>
 #include <functional>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 
@@ -21,6 +22,18 @@ Int parse_int(std::string_view flag, std::string_view text, Int min_value) {
                      ", got " + std::string(text));
   }
   return value;
+}
+
+// "2048,512,8192": a comma-separated list of integers, each at least `min_value`.
+std::vector<std::int64_t> parse_int_list(std::string_view flag, std::string_view text,
+                                         std::int64_t min_value) {
+  std::vector<std::int64_t> values;
+  for (std::size_t begin = 0;;) {
+    const std::size_t comma = text.find(',', begin);
+    values.push_back(parse_int<std::int64_t>(flag, text.substr(begin, comma - begin), min_value));
+    if (comma == std::string_view::npos) return values;
+    begin = comma + 1;
+  }
 }
 
 // Looks `text` up among `choices` (name, value) pairs.
@@ -60,8 +73,14 @@ const std::map<std::string_view, ValueHandler>& value_flags() {
                                               {{"causal", WindowKind::kCausal},
                                                {"full", WindowKind::kFull},
                                                {"random", WindowKind::kRandom},
-                                               {"context-parallel", WindowKind::kContextParallel}});
+                                               {"context-parallel", WindowKind::kContextParallel},
+                                               {"packed", WindowKind::kPacked},
+                                               {"sliding", WindowKind::kSliding}});
        }},
+      {"--requests",
+       [](Options& o, auto flag, auto v) { o.request_lengths = parse_int_list(flag, v, 1); }},
+      {"--window",
+       [](Options& o, auto f, auto v) { o.sliding_window = parse_int<std::int64_t>(f, v, 1); }},
       {"--seq-len",
        [](Options& o, auto f, auto v) { o.seq_len = parse_int<std::int64_t>(f, v, 0); }},
       {"--seq-len-kv",
@@ -101,6 +120,39 @@ const std::map<std::string_view, SwitchHandler>& switch_flags() {
   return flags;
 }
 
+// The flags that only make sense together: packed windows and their requests (which set S and
+// T), sliding windows and their width. `given` holds the value flags on the command line.
+void check_window_flags(Options& options, const std::set<std::string_view>& given) {
+  using support::WindowKind;
+  const bool packed = options.windows == WindowKind::kPacked;
+  const bool sliding = options.windows == WindowKind::kSliding;
+  if (given.contains("--requests") && !packed) {
+    throw UsageError("--requests: only with --windows packed");
+  }
+  if (given.contains("--window") && !sliding) {
+    throw UsageError("--window: only with --windows sliding");
+  }
+  if (sliding && !given.contains("--window")) {
+    throw UsageError("--windows sliding: expected --window N (keys per window)");
+  }
+  if (!packed) return;
+  if (!given.contains("--requests")) {
+    throw UsageError("--windows packed: expected --requests N,N,... (tokens per request)");
+  }
+  std::int64_t total = 0;
+  for (const std::int64_t length : options.request_lengths) total += length;
+  // Packed requests are both the queries and the keys: S = T = their sum.
+  for (const auto& [flag, value] : {std::pair{"--seq-len", &options.seq_len},
+                                    std::pair{"--seq-len-kv", &options.seq_len_kv}}) {
+    if (given.contains(flag) && *value != total) {
+      throw UsageError(std::string(flag) + ": expected the sum of --requests (" +
+                       std::to_string(total) + ") with --windows packed, got " +
+                       std::to_string(*value));
+    }
+    *value = total;
+  }
+}
+
 }  // namespace
 
 const char* operation_name(Operation operation) {
@@ -110,6 +162,7 @@ const char* operation_name(Operation operation) {
 Options parse_options(int argc, const char* const* argv) {
   Options options;
   bool have_operation = false;
+  std::set<std::string_view> given;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (const auto it = switch_flags().find(arg); it != switch_flags().end()) {
@@ -137,8 +190,10 @@ Options parse_options(int argc, const char* const* argv) {
       throw UsageError(std::string(flag) + ": missing value");
     }
     it->second(options, flag, value);
+    given.insert(flag);
   }
   if (!have_operation && !options.help) throw UsageError("missing operation: prefill or decode");
+  if (!options.help) check_window_flags(options, given);
   return options;
 }
 
@@ -162,7 +217,11 @@ common options:
   --json FILE               also write the results as JSON to FILE
 prefill options:
   --seq-len S --seq-len-kv T   queries and keys (default 512, 8192)
-  --windows causal|full|random|context-parallel   key window of each query (default causal)
+  --windows causal|full|random|context-parallel|packed|sliding
+                            key window of each query (default causal)
+  --requests N,N,...        packed: tokens per request, packed into one call; S = T = their
+                            sum, each query sees its own request's keys up to itself
+  --window W                sliding: each query sees the W keys ending at its causal end
   --max-seqlen-k K          compressed output [S, K]: column c of row i is key start[i] + c
                             (default 0: the full [S, T] output)
   --no-schedule             call without schedule metadata (default: computed once, passed

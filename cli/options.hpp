@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "mqa_logits/formats.hpp"
 #include "mqa_logits/tensor.hpp"
@@ -28,6 +29,8 @@ struct Options {
   std::int64_t seq_len = 512;
   std::int64_t seq_len_kv = 8192;
   support::WindowKind windows = support::WindowKind::kCausal;
+  std::vector<std::int64_t> request_lengths;  // --requests: packed windows, S = T = their sum
+  std::int64_t sliding_window = 0;            // --window: keys per sliding window
   std::int64_t max_seqlen_k = 0;  // > 0: compressed output [S, max_seqlen_k]
   bool schedule = true;           // --no-schedule: call without schedule metadata
 

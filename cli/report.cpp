@@ -86,7 +86,7 @@ class JsonWriter {
     first_ = false;
     return *this;
   }
-  // An array element (an object follows).
+  // An array element (a value or an object follows).
   JsonWriter& element() {
     out_ << (first_ ? "" : ",") << "\n" << std::string(2 * depth_, ' ');
     first_ = false;
@@ -121,6 +121,14 @@ void write_shape(JsonWriter& json, const Options& o) {
   if (o.operation == Operation::kPrefill) {
     json.key("seq_len").value(ll(o.seq_len)).key("seq_len_kv").value(ll(o.seq_len_kv));
     json.key("windows").value(support::window_kind_name(o.windows));
+    if (o.windows == support::WindowKind::kPacked) {
+      json.key("request_lengths").begin('[');
+      for (const std::int64_t length : o.request_lengths) json.element().value(ll(length));
+      json.end(']');
+    }
+    if (o.windows == support::WindowKind::kSliding) {
+      json.key("sliding_window").value(ll(o.sliding_window));
+    }
     json.key("max_seqlen_k").value(ll(o.max_seqlen_k));
   } else {
     json.key("batch").value(ll(o.batch)).key("next_n").value(ll(o.next_n));

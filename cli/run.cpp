@@ -35,6 +35,8 @@ support::PrefillSpec prefill_spec(const Options& options) {
   spec.weights_dtype = spec.logits_dtype = value_dtype(options);
   spec.clean_logits = options.clean_logits;
   spec.windows = options.windows;
+  spec.request_lengths = options.request_lengths;
+  spec.sliding_window = options.sliding_window;
   spec.max_seqlen_k = options.max_seqlen_k;
   spec.seed = options.seed;
   return spec;
@@ -56,16 +58,29 @@ support::PagedSpec paged_spec(const Options& options) {
   return spec;
 }
 
+// "packed windows (3 requests)", "sliding windows of 2048 keys", "causal windows".
+std::string describe_windows(const support::PrefillSpec& s) {
+  switch (s.windows) {
+    case support::WindowKind::kPacked:
+      return format_string("packed windows (%zu requests)", s.request_lengths.size());
+    case support::WindowKind::kSliding:
+      return format_string("sliding windows of %lld keys",
+                           static_cast<long long>(s.sliding_window));
+    default:
+      return std::string(support::window_kind_name(s.windows)) + " windows";
+  }
+}
+
 std::string describe(const support::PrefillWorkload& w, const Options& options) {
   const auto& s = w.spec;
   const std::string compressed =
       s.max_seqlen_k > 0 ? format_string("output compressed to %lld columns, ",
                                          static_cast<long long>(s.max_seqlen_k))
                          : "";
-  return format_string("prefill S=%lld T=%lld H=%lld D=%lld, %s windows, ",
+  return format_string("prefill S=%lld T=%lld H=%lld D=%lld, %s, ",
                        static_cast<long long>(s.seq_len), static_cast<long long>(s.seq_len_kv),
                        static_cast<long long>(s.num_heads), static_cast<long long>(s.head_dim),
-                       support::window_kind_name(s.windows)) +
+                       describe_windows(s).c_str()) +
          compressed + dtypes_and_cleaning(options) +
          (options.schedule ? "" : ", no schedule metadata");
 }

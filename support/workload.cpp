@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -13,7 +14,7 @@ namespace {
 
 // ---- randomness --------------------------------------------------------------------------------
 
-enum class Stream : std::uint64_t { kQ = 1, kKv, kWeights, kWindows, kLens, kBlocks };
+enum class Stream : std::uint64_t { kQ = 1, kKv, kWeights, kWindows, kLens, kBlocks, kRequests };
 
 constexpr std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -215,6 +216,43 @@ RowWindow random_window(Rng& rng, std::int64_t t) {
   }
 }
 
+// The window fields of a spec must fit its kind: what does not is a mistake in the caller, never
+// silently ignored.
+void check_windows(const PrefillSpec& spec) {
+  const bool packed = spec.windows == WindowKind::kPacked;
+  if (!packed && !spec.request_lengths.empty()) {
+    throw std::invalid_argument(std::string("PrefillSpec::request_lengths: only with packed "
+                                            "windows, got ") +
+                                window_kind_name(spec.windows) + " windows");
+  }
+  if (spec.windows != WindowKind::kSliding && spec.sliding_window != 0) {
+    throw std::invalid_argument(std::string("PrefillSpec::sliding_window: only with sliding "
+                                            "windows, got ") +
+                                window_kind_name(spec.windows) + " windows");
+  }
+  if (spec.windows == WindowKind::kSliding && spec.sliding_window <= 0) {
+    throw std::invalid_argument("PrefillSpec::sliding_window: expected at least 1 key with "
+                                "sliding windows, got " + std::to_string(spec.sliding_window));
+  }
+  if (!packed) return;
+  std::int64_t total = 0;
+  for (const std::int64_t length : spec.request_lengths) {
+    if (length < 1) {
+      throw std::invalid_argument("PrefillSpec::request_lengths: expected every request to "
+                                  "hold at least 1 token, got " + std::to_string(length));
+    }
+    total += length;
+  }
+  if (total != spec.seq_len || total != spec.seq_len_kv) {
+    throw std::invalid_argument(
+        "PrefillSpec::request_lengths: packed requests are both the queries and the keys, so "
+        "their sum must equal seq_len and seq_len_kv; got " + std::to_string(total) +
+        " tokens in " + std::to_string(spec.request_lengths.size()) + " requests, seq_len " +
+        std::to_string(spec.seq_len) + ", seq_len_kv " + std::to_string(spec.seq_len_kv));
+  }
+}
+
+// The window of row i for the kinds where it depends on i alone (every kind but kPacked).
 RowWindow prefill_window(const PrefillSpec& spec, std::int64_t i) {
   const std::int64_t s = spec.seq_len;
   const std::int64_t t = spec.seq_len_kv;
@@ -235,8 +273,38 @@ RowWindow prefill_window(const PrefillSpec& spec, std::int64_t i) {
       const std::int64_t first_chunk = i < chunk ? rank : 2 * ranks - 1 - rank;
       return prefix(first_chunk * chunk + (i < chunk ? i : i - chunk) + 1);
     }
+    case WindowKind::kSliding: {
+      const std::int64_t end = t - s + i + 1;
+      return {static_cast<std::int32_t>(std::max<std::int64_t>(end - spec.sliding_window, 0)),
+              static_cast<std::int32_t>(end)};
+    }
+    case WindowKind::kPacked:
+      break;  // a row's window depends on its request: see fill_windows
   }
-  throw std::logic_error("unknown window kind");
+  throw std::logic_error("prefill_window: no per-row window for this kind");
+}
+
+// k_start and k_end of every row of `spec`, into the workload's buffers.
+void fill_windows(const PrefillSpec& spec, HostBuffer& start_buffer, HostBuffer& end_buffer) {
+  check_windows(spec);
+  std::int32_t* start = typed<std::int32_t>(start_buffer);
+  std::int32_t* end = typed<std::int32_t>(end_buffer);
+  if (spec.windows == WindowKind::kPacked) {
+    std::int64_t first = 0;  // the request's first token: its keys start there
+    for (const std::int64_t length : spec.request_lengths) {
+      for (std::int64_t i = first; i < first + length; ++i) {
+        start[i] = static_cast<std::int32_t>(first);
+        end[i] = static_cast<std::int32_t>(i + 1);
+      }
+      first += length;
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < spec.seq_len; ++i) {
+    const RowWindow window = prefill_window(spec, i);
+    start[i] = window.start;
+    end[i] = window.end;
+  }
 }
 
 // ---- paged sequences ---------------------------------------------------------------------------
@@ -330,6 +398,8 @@ const char* window_kind_name(WindowKind kind) {
     case WindowKind::kRandom: return "random";
     case WindowKind::kFull: return "full";
     case WindowKind::kContextParallel: return "context_parallel";
+    case WindowKind::kPacked: return "packed";
+    case WindowKind::kSliding: return "sliding";
   }
   return "?";
 }
@@ -340,6 +410,7 @@ PrefillWorkload make_prefill_workload(const PrefillSpec& spec) {
   if (spec.weights_row_stride != 0 && spec.weights_row_stride < spec.num_heads) {
     throw std::invalid_argument("PrefillSpec::weights_row_stride: expected 0 or >= num_heads");
   }
+  check_windows(spec);  // before the expensive part
   PrefillWorkload w;
   w.spec = spec;
   const std::int64_t s = spec.seq_len;
@@ -379,14 +450,60 @@ PrefillWorkload make_prefill_workload(const PrefillSpec& spec) {
   store_weights(w.weights_float, s, h, weights_stride, spec.weights_dtype,
                 w.buffers[PrefillWorkload::kWeights]);
 
-  for (std::int64_t i = 0; i < s; ++i) {
-    const RowWindow window = prefill_window(spec, i);
-    typed<std::int32_t>(w.buffers[PrefillWorkload::kStart])[i] = window.start;
-    typed<std::int32_t>(w.buffers[PrefillWorkload::kEnd])[i] = window.end;
-  }
+  fill_windows(spec, w.buffers[PrefillWorkload::kStart], w.buffers[PrefillWorkload::kEnd]);
 
   w.layout = mqa_logits_output_layout(s, t, spec.max_seqlen_k, spec.logits_dtype);
   return w;
+}
+
+void rewrite_windows(PrefillWorkload& workload) {
+  const auto rows = static_cast<std::size_t>(workload.spec.seq_len);
+  if (workload.buffers[PrefillWorkload::kStart].bytes.size() != rows * sizeof(std::int32_t)) {
+    throw std::invalid_argument("rewrite_windows: spec.seq_len differs from the workload's");
+  }
+  fill_windows(workload.spec, workload.buffers[PrefillWorkload::kStart],
+               workload.buffers[PrefillWorkload::kEnd]);
+}
+
+std::vector<std::int64_t> uneven_request_lengths(std::int64_t count, std::int64_t total,
+                                                 std::uint64_t seed, std::int64_t min_length,
+                                                 std::int64_t max_length) {
+  if (count < 0 || min_length < 1 || max_length < min_length || total < count * min_length ||
+      total > count * max_length) {
+    throw std::invalid_argument(
+        "uneven_request_lengths: expected 1 <= min_length <= max_length and count * min_length "
+        "<= total <= count * max_length; got " + std::to_string(count) + " requests of " +
+        std::to_string(min_length) + " to " + std::to_string(max_length) + " tokens, total " +
+        std::to_string(total));
+  }
+  if (count == 0) return {};
+  std::int64_t octaves = 1;
+  while ((min_length << octaves) < max_length) ++octaves;
+  Rng rng(seed, Stream::kRequests, 0);
+  std::vector<std::int64_t> lengths(count);
+  std::int64_t drawn = 0;
+  for (std::int64_t& length : lengths) {
+    const std::int64_t lo = min_length << rng.uniform_int(0, octaves - 1);
+    length = rng.uniform_int(lo, std::min(max_length, 2 * lo));
+    drawn += length;
+  }
+  std::int64_t left = total;  // tokens not yet given to a request (negative: too many given)
+  for (std::int64_t& length : lengths) {
+    length = std::clamp(length * total / drawn, min_length, max_length);
+    left -= length;
+  }
+  // Each pass offers every request an equal share of what is left, as far as its bounds allow: a
+  // pass that saturates no request settles the rest, so at most count + 1 passes.
+  while (left != 0) {
+    const std::int64_t share = (std::abs(left) + count - 1) / count;
+    for (std::int64_t& length : lengths) {
+      const std::int64_t room = left > 0 ? max_length - length : length - min_length;
+      const std::int64_t step = std::min({share, room, std::abs(left)});
+      length += left > 0 ? step : -step;
+      left -= left > 0 ? step : -step;
+    }
+  }
+  return lengths;
 }
 
 PrefillInputs PrefillWorkload::inputs(std::span<void* const> p, Device device) const {

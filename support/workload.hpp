@@ -56,6 +56,14 @@ enum class WindowKind : std::uint8_t {
   // least 1) and this rank holds chunks r and 2R-1-r (r = R/3, the zigzag split). Row i of the
   // first half sees [0, r*S/2 + i + 1), row i of the second half [0, (2R-1-r)*S/2 + i + 1).
   kContextParallel,
+  // Several requests packed into one call, as vLLM and SGLang batch prefills: the keys of all
+  // requests in one buffer and each request's queries are its own tokens, so S == T == the sum of
+  // PrefillSpec::request_lengths. Row i of the request whose first token is o sees [o, i + 1):
+  // block-diagonal causal, mostly short windows.
+  kPacked,
+  // Causal with a sliding window of W = PrefillSpec::sliding_window keys: row i sees
+  // [max(0, e - W), e) with e = T - S + i + 1.
+  kSliding,
 };
 const char* window_kind_name(WindowKind kind);
 
@@ -70,6 +78,9 @@ struct PrefillSpec {
   bool clean_logits = true;
   std::int64_t max_seqlen_k = 0;  // > 0: compressed output [S, max_seqlen_k]
   WindowKind windows = WindowKind::kCausal;
+  // kPacked only (and required there): tokens per request, each >= 1, summing to S and to T.
+  std::vector<std::int64_t> request_lengths = {};
+  std::int64_t sliding_window = 0;  // kSliding only (and required there): W >= 1 keys per window
   std::int64_t weights_row_stride = 0;  // elements between weight rows; 0 = H (contiguous)
   std::uint64_t seed = 0;
 };
@@ -109,7 +120,24 @@ struct PrefillWorkload {
   std::int64_t out_cols() const { return layout.cols; }
 };
 
+// Throws std::invalid_argument on a spec whose window fields do not fit together (see
+// PrefillSpec) or whose weights_row_stride is below num_heads.
 PrefillWorkload make_prefill_workload(const PrefillSpec& spec);
+
+// Recomputes k_start and k_end from workload.spec after a caller changed only its window fields
+// (windows, request_lengths, sliding_window): window patterns of one shape then share the
+// expensive queries and keys. Throws as make_prefill_workload does.
+void rewrite_windows(PrefillWorkload& workload);
+
+// `count` request lengths in [min_length, max_length] summing to `total`, for packed calls as
+// engines see them: many short prompts and a few long ones. Lengths are drawn log-uniformly (an
+// octave [min * 2^k, min * 2^(k+1)] uniformly, then a length uniformly in it), scaled to the
+// total, clamped to the bounds, and what the rounding and clamping left over is spread evenly over
+// the requests with room. Needs 1 <= min_length <= max_length and
+// count * min_length <= total <= count * max_length.
+std::vector<std::int64_t> uneven_request_lengths(std::int64_t count, std::int64_t total,
+                                                 std::uint64_t seed, std::int64_t min_length,
+                                                 std::int64_t max_length);
 
 // ---------------------------------------------------------------------------------------------
 // Decode (paged KV cache)

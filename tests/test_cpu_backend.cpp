@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -315,6 +317,206 @@ TEST(CpuPrefill, WithinSpecOfUnquantizedInputs) {
       expect_within_spec_of_unquantized(w, run_prefill(w, 2), describe(spec));
     }
   }
+}
+
+// ---- prefill window patterns -------------------------------------------------------------------
+
+// The windows engines send, at sizes that show their structure against the GPU kernels' query
+// blocks of 256 / H rows (4 at H = 64, 32 at H = 8): packed requests shorter than a block, blocks
+// straddling requests, single-token requests, sliding windows starting at any key.
+struct PatternCase {
+  std::string name;
+  PrefillSpec spec;
+};
+
+PrefillSpec pattern_spec(std::int64_t s, std::int64_t t, std::int64_t heads, std::int64_t dim,
+                         WindowKind windows) {
+  return {.seq_len = s, .seq_len_kv = t, .num_heads = heads, .head_dim = dim, .windows = windows};
+}
+
+PrefillSpec packed_spec(std::vector<std::int64_t> lengths, std::int64_t heads, std::int64_t dim) {
+  std::int64_t total = 0;
+  for (const std::int64_t length : lengths) total += length;
+  PrefillSpec spec = pattern_spec(total, total, heads, dim, WindowKind::kPacked);
+  spec.request_lengths = std::move(lengths);
+  return spec;
+}
+
+PrefillSpec sliding_spec(std::int64_t s, std::int64_t t, std::int64_t window, std::int64_t heads,
+                         std::int64_t dim) {
+  PrefillSpec spec = pattern_spec(s, t, heads, dim, WindowKind::kSliding);
+  spec.sliding_window = window;
+  return spec;
+}
+
+std::vector<PatternCase> pattern_cases() {
+  return {
+      {"square causal", pattern_spec(45, 45, 8, 64, WindowKind::kCausal)},
+      {"packed 12 x 5 (blocks of 32 rows hold 6-7 requests)",
+       packed_spec(std::vector<std::int64_t>(12, 5), 8, 128)},
+      {"packed 16 x 4 (one block each)", packed_spec(std::vector<std::int64_t>(16, 4), 64, 128)},
+      {"packed uneven with single tokens",
+       packed_spec({1, 3, 1, 1, 7, 2, 33, 1, 5, 60}, 64, 64)},
+      {"packed uneven drawn", packed_spec(support::uneven_request_lengths(9, 200, 5, 1, 64), 16, 32)},
+      {"packed one request", packed_spec({50}, 32, 128)},
+      {"sliding 1 key", sliding_spec(40, 300, 1, 32, 64)},
+      {"sliding 7 keys", sliding_spec(40, 300, 7, 8, 128)},
+      {"sliding 64 keys (S = T)", sliding_spec(90, 90, 64, 16, 128)},
+      {"sliding wider than T", sliding_spec(40, 300, 1000, 64, 32)},
+      {"sliding, S > T (early rows empty)", sliding_spec(50, 30, 10, 16, 64)},
+      {"context parallel", pattern_spec(48, 400, 32, 64, WindowKind::kContextParallel)},
+      {"random with empty rows", pattern_spec(60, 200, 8, 128, WindowKind::kRandom)},
+  };
+}
+
+// The windows of each pattern written out independently of workload.cpp: the oracle reads the
+// workload's k_start / k_end, so it cannot catch a wrong window there.
+std::pair<std::int64_t, std::int64_t> expected_window(const PrefillSpec& spec, std::int64_t row) {
+  const std::int64_t causal_end = spec.seq_len_kv - spec.seq_len + row + 1;
+  switch (spec.windows) {
+    case WindowKind::kCausal:
+      return {0, causal_end};
+    case WindowKind::kSliding:
+      return {std::max<std::int64_t>(causal_end - spec.sliding_window, 0), causal_end};
+    case WindowKind::kPacked: {
+      std::int64_t first = 0;
+      for (const std::int64_t length : spec.request_lengths) {
+        if (row < first + length) return {first, row + 1};
+        first += length;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  ADD_FAILURE() << "no expected window for " << support::window_kind_name(spec.windows);
+  return {0, 0};
+}
+
+TEST(CpuPrefill, PatternWindowsAreTheDefinedOnes) {
+  for (const auto& [name, spec] : pattern_cases()) {
+    const WindowKind kind = spec.windows;
+    if (kind != WindowKind::kCausal && kind != WindowKind::kSliding && kind != WindowKind::kPacked) {
+      continue;
+    }
+    const PrefillWorkload w = support::make_prefill_workload(spec);
+    for (std::int64_t row = 0; row < spec.seq_len; ++row) {
+      const auto [start, end] = expected_window(spec, row);
+      ASSERT_EQ(w.k_start()[row], start) << name << " row " << row;
+      ASSERT_EQ(w.k_end()[row], end) << name << " row " << row;
+    }
+  }
+}
+
+// Every pattern in every format against the oracle, each with and without clean_logits and
+// with full and compressed output (max_seqlen_k cutting the longer windows).
+TEST(CpuPrefill, PatternsMatchReference) {
+  std::size_t k = 0;
+  for (const auto& [name, base] : pattern_cases()) {
+    for (const bool clean : {true, false}) {
+      for (const bool compressed : {false, true}) {
+        ++k;
+        PrefillSpec spec = base;
+        spec.format = kFormats[k % 3];
+        if (spec.format == Format::kMXFP4 && spec.head_dim == 32) spec.head_dim = 64;
+        spec.weights_dtype = kDtypes[k % 3].weights;
+        spec.logits_dtype = kDtypes[k % 3].logits;
+        spec.clean_logits = clean;
+        spec.max_seqlen_k = compressed ? 20 : 0;
+        spec.seed = 8000 + k;
+        const PrefillWorkload w = support::make_prefill_workload(spec);
+        const Output out = run_prefill(w, 2);
+        expect_matches_reference(w, out, name + ": " + describe(spec));
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// The random pattern really has the rows it is meant to test.
+TEST(CpuPrefill, RandomWindowsHaveEmptyAndInvertedRows) {
+  const PrefillWorkload w =
+      support::make_prefill_workload(pattern_spec(60, 200, 8, 128, WindowKind::kRandom));
+  std::int64_t empty = 0, inverted = 0;
+  for (std::int64_t row = 0; row < 60; ++row) {
+    empty += w.k_start()[row] == w.k_end()[row];
+    inverted += w.k_start()[row] > w.k_end()[row];
+  }
+  EXPECT_GT(empty, 0);
+  EXPECT_GT(inverted, 0);
+}
+
+TEST(CpuPrefill, PatternSpecsRefuseWhatDoesNotFit) {
+  const auto refused = [](PrefillSpec spec) {
+    EXPECT_THROW(support::make_prefill_workload(spec), std::invalid_argument)
+        << describe(spec);
+  };
+  PrefillSpec packed = packed_spec({3, 4}, 8, 64);
+  ++packed.seq_len;  // sum below S
+  refused(packed);
+  packed = packed_spec({3, 4}, 8, 64);
+  --packed.seq_len_kv;  // sum above T
+  refused(packed);
+  refused(packed_spec({3, 0, 4}, 8, 64));
+  refused(pattern_spec(5, 5, 8, 64, WindowKind::kPacked));  // tokens but no requests
+  PrefillSpec causal = pattern_spec(7, 7, 8, 64, WindowKind::kCausal);
+  causal.request_lengths = {3, 4};
+  refused(causal);
+  causal.request_lengths.clear();
+  causal.sliding_window = 4;
+  refused(causal);
+  refused(sliding_spec(7, 7, 0, 8, 64));
+  refused(sliding_spec(7, 7, -3, 8, 64));
+  // No requests and no tokens is a valid (empty) packed call.
+  const PrefillWorkload empty = support::make_prefill_workload(packed_spec({}, 8, 64));
+  EXPECT_EQ(empty.layout.rows, 0);
+}
+
+// Patterns of one shape share queries and keys: rewriting a workload's windows gives exactly
+// the workload made for the new windows.
+TEST(CpuPrefill, RewrittenWindowsEqualAFreshWorkload) {
+  PrefillSpec spec = pattern_spec(64, 64, 16, 64, WindowKind::kCausal);
+  spec.seed = 9;
+  PrefillWorkload w = support::make_prefill_workload(spec);
+  spec.windows = WindowKind::kPacked;
+  spec.request_lengths = support::uneven_request_lengths(5, 64, 9, 1, 32);
+  w.spec = spec;
+  support::rewrite_windows(w);
+  const PrefillWorkload fresh = support::make_prefill_workload(spec);
+  for (std::size_t slot = 0; slot < PrefillWorkload::kNumSlots; ++slot) {
+    EXPECT_EQ(w.buffers[slot].bytes, fresh.buffers[slot].bytes) << w.buffers[slot].name;
+  }
+  w.spec.sliding_window = 3;  // does not fit packed windows: refused, windows left as they were
+  EXPECT_THROW(support::rewrite_windows(w), std::invalid_argument);
+  EXPECT_EQ(w.buffers[PrefillWorkload::kEnd].bytes, fresh.buffers[PrefillWorkload::kEnd].bytes);
+}
+
+TEST(CpuPrefill, UnevenRequestLengths) {
+  for (const auto [count, total, min_length, max_length] :
+       {std::array<std::int64_t, 4>{12, 32768, 256, 16384}, {2, 16384, 256, 16384},
+        {64, 32768, 256, 16384}, {40, 1000, 1, 100}, {3, 3, 1, 1}, {0, 0, 1, 8}}) {
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+      const auto lengths =
+          support::uneven_request_lengths(count, total, seed, min_length, max_length);
+      ASSERT_EQ(static_cast<std::int64_t>(lengths.size()), count);
+      std::int64_t sum = 0;
+      for (const std::int64_t length : lengths) {
+        EXPECT_GE(length, min_length);
+        EXPECT_LE(length, max_length);
+        sum += length;
+      }
+      EXPECT_EQ(sum, total);
+      EXPECT_EQ(lengths,
+                support::uneven_request_lengths(count, total, seed, min_length, max_length));
+    }
+  }
+  // Uneven indeed: 12 requests of 32768 tokens span more than an octave.
+  const auto lengths = support::uneven_request_lengths(12, 32768, 1, 256, 16384);
+  EXPECT_GT(*std::max_element(lengths.begin(), lengths.end()),
+            4 * *std::min_element(lengths.begin(), lengths.end()));
+  EXPECT_THROW(support::uneven_request_lengths(3, 2, 1, 1, 8), std::invalid_argument);
+  EXPECT_THROW(support::uneven_request_lengths(3, 25, 1, 1, 8), std::invalid_argument);
+  EXPECT_THROW(support::uneven_request_lengths(3, 9, 1, 0, 8), std::invalid_argument);
 }
 
 // ---- paged -------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-// GPU prefill (mqa_logits) against the CPU backend: the option matrix, edge cases, repeatability
-// and scheduled == unscheduled. Skipped where no sm_90 GPU is present.
+// GPU prefill (mqa_logits) against the CPU backend: the option matrix, the window patterns
+// engines send, edge cases, repeatability and scheduled == unscheduled. Skipped where no sm_90
+// GPU is present.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -229,6 +231,140 @@ TEST_F(PrefillGpu, CompressedScheduledMatchesCpu) {
   }
 }
 
+// ---- engine window patterns --------------------------------------------------------------------
+
+// Two GPU outputs are bitwise equal wherever the SPEC defines the output: everywhere with
+// clean_logits, inside the windows (finite in the CPU backend's clean output `cpu`) without.
+void expect_bitwise_equal(const PrefillWorkload& workload, const std::vector<std::byte>& cpu,
+                          const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  const OutputLayout& layout = workload.layout;
+  const DType dtype = workload.spec.logits_dtype;
+  const std::size_t element = dtype_size(dtype);
+  std::int64_t differing = 0;
+  std::string first;
+  for (std::int64_t row = 0; row < layout.rows; ++row) {
+    for (std::int64_t col = 0; col < layout.cols; ++col) {
+      if (!workload.spec.clean_logits &&
+          std::isinf(support::read_logit(cpu.data(), dtype, layout, row, col))) {
+        continue;
+      }
+      const std::size_t offset = static_cast<std::size_t>(row * layout.row_stride + col) * element;
+      if (std::memcmp(a.data() + offset, b.data() + offset, element) != 0 && differing++ == 0) {
+        first = "row " + std::to_string(row) + " col " + std::to_string(col);
+      }
+    }
+  }
+  EXPECT_EQ(differing, 0) << "first at " << first;
+}
+
+// Without and with device schedule metadata (bitwise equal), then against the CPU backend and
+// the oracle: uneven windows are what the metadata's split exists for.
+void run_scheduled_and_compare(const PrefillSpec& spec) {
+  const auto workload = support::make_prefill_workload(spec);
+  const auto device = gpu_test::upload(workload.buffers);
+  DeviceBuffer out(workload.logits_bytes());
+  const auto unscheduled = gpu_logits(workload, device, out);
+  const auto meta = device_metadata(workload, device);
+  const auto scheduled = gpu_logits(workload, device, out, meta.view);
+  const auto cpu = cpu_logits(workload);
+  expect_bitwise_equal(workload, cpu, scheduled, unscheduled);
+  gpu_test::expect_matches_cpu(workload, scheduled, cpu);
+}
+
+struct PatternCase {
+  std::string name;
+  PrefillSpec spec;
+};
+
+struct PatternOptions {
+  std::int64_t heads = 64;
+  std::int64_t dim = 128;
+  DType logits = DType::kFloat32;
+  bool clean = true;
+  std::int64_t max_seqlen_k = 0;
+};
+
+PrefillSpec pattern_spec(std::int64_t s, std::int64_t t, WindowKind windows,
+                         const PatternOptions& o) {
+  PrefillSpec spec;
+  spec.seq_len = s;
+  spec.seq_len_kv = t;
+  spec.num_heads = o.heads;
+  spec.head_dim = o.dim;
+  spec.logits_dtype = o.logits;
+  spec.clean_logits = o.clean;
+  spec.max_seqlen_k = o.max_seqlen_k;
+  spec.windows = windows;
+  spec.seed = 20;
+  return spec;
+}
+
+PrefillSpec packed(std::vector<std::int64_t> lengths, const PatternOptions& o) {
+  std::int64_t total = 0;
+  for (const std::int64_t length : lengths) total += length;
+  auto spec = pattern_spec(total, total, WindowKind::kPacked, o);
+  spec.request_lengths = std::move(lengths);
+  return spec;
+}
+
+PrefillSpec sliding(std::int64_t s, std::int64_t t, std::int64_t window, const PatternOptions& o) {
+  auto spec = pattern_spec(s, t, WindowKind::kSliding, o);
+  spec.sliding_window = window;
+  return spec;
+}
+
+// The patterns engines send, small: a query block holds 256 / H rows (4 at H = 64, 32 at H = 8),
+// so packed requests of 1 to 33 tokens fall short of blocks, fill them exactly or straddle them.
+// Together the cases cover every H and D, fp32 and bf16 logits, clean on and off, compressed
+// output.
+std::vector<PatternCase> pattern_cases() {
+  constexpr DType kBf16 = DType::kBFloat16;
+  const std::vector<std::int64_t> short_and_single = {1, 1, 2, 31, 33, 1, 500, 7, 1, 64, 200, 3};
+  return {
+      {"SquareCausal", pattern_spec(1000, 1000, WindowKind::kCausal, {})},
+      {"SquareCausalH8D32Bf16NoClean",
+       pattern_spec(777, 777, WindowKind::kCausal,
+                    {.heads = 8, .dim = 32, .logits = kBf16, .clean = false})},
+      {"PackedEqual16x128", packed(std::vector<std::int64_t>(16, 128), {})},
+      {"PackedEqual300x3ShorterThanBlocks",
+       packed(std::vector<std::int64_t>(300, 3), {.dim = 64, .logits = kBf16})},
+      {"PackedEqual40x20StraddlingBlocksH8NoClean",
+       packed(std::vector<std::int64_t>(40, 20), {.heads = 8, .clean = false})},
+      {"PackedSingleTokensCompressed",
+       packed(short_and_single, {.heads = 16, .dim = 64, .max_seqlen_k = 128})},
+      {"PackedSingleTokensCompressedNoCleanH64D32",
+       packed(short_and_single, {.dim = 32, .clean = false, .max_seqlen_k = 100})},
+      {"PackedUneven12", packed(support::uneven_request_lengths(12, 3000, 1, 16, 1024),
+                                {.heads = 32, .logits = kBf16})},
+      {"PackedUneven20CompressedNoClean",
+       packed(support::uneven_request_lengths(20, 2500, 2, 1, 512),
+              {.heads = 32, .dim = 32, .clean = false, .max_seqlen_k = 300})},
+      {"Sliding128", sliding(1024, 4096, 128, {})},
+      {"Sliding1Bf16", sliding(300, 1000, 1, {.heads = 16, .dim = 32, .logits = kBf16})},
+      {"Sliding700CompressedNoClean",
+       sliding(1500, 2500, 700, {.heads = 8, .dim = 64, .clean = false, .max_seqlen_k = 512})},
+      {"Sliding33Square", sliding(1200, 1200, 33, {.heads = 32, .dim = 64})},
+      {"ContextParallelBf16",
+       pattern_spec(512, 4096, WindowKind::kContextParallel, {.heads = 16, .logits = kBf16})},
+      {"RandomWithEmptyRowsCompressed",
+       pattern_spec(700, 3000, WindowKind::kRandom, {.heads = 32, .dim = 32, .max_seqlen_k = 900})},
+  };
+}
+
+class PrefillPatterns : public ::testing::TestWithParam<PatternCase> {
+ protected:
+  void SetUp() override {
+    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+  }
+};
+
+TEST_P(PrefillPatterns, ScheduledEqualsUnscheduledAndMatchesCpu) {
+  run_scheduled_and_compare(GetParam().spec);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, PrefillPatterns, ::testing::ValuesIn(pattern_cases()),
+                         [](const auto& info) { return info.param.name; });
+
 // Compact cases for compute-sanitizer (memcheck, racecheck, synccheck): every code path once.
 TEST_F(PrefillGpu, CompactForSanitizer) {
   auto spec = edge(17, 260, WindowKind::kRandom, 11);
@@ -238,6 +374,10 @@ TEST_F(PrefillGpu, CompactForSanitizer) {
   spec.logits_dtype = DType::kBFloat16;
   spec.weights_dtype = DType::kBFloat16;
   run_and_compare(spec);
+  // Packed requests shorter than, equal to and straddling the 4-row blocks of H = 64, with the
+  // metadata kernel and the scheduled path; a sliding window starting mid-tile.
+  run_scheduled_and_compare(packed({1, 5, 4, 2, 30, 3}, {}));
+  run_scheduled_and_compare(sliding(40, 300, 17, {.clean = false, .max_seqlen_k = 16}));
 }
 
 }  // namespace
