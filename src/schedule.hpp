@@ -3,8 +3,11 @@
 //
 // Prefill: query rows are cut into blocks of prefill_block_q(H) rows. Block b's key range is
 // [lo, hi) = [min start, max end) over its non-empty rows (clamped to [0, T)); its work items are
-// the kPrefillTileKV-key tiles from lo rounded down to a multiple of kPrefillTileAlign, at least
-// one per block (an item of an empty block only cleans).
+// kPrefillBlockItems items that stand for what a block costs besides its tiles (its query rows'
+// load, their fold and the weights; no key tile), then the kPrefillTileKV-key tiles from lo
+// rounded down to a multiple of kPrefillTileAlign (none for a block whose rows are all empty).
+// Counting that cost in the split keeps CTAs that draw many short blocks (square causal, packed
+// requests) as busy as those that draw few long ones.
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
 // splits, at least one per group.
@@ -29,6 +32,9 @@ inline constexpr int kPrefillTileKV = 128;
 // aligned (fp32 and bf16; in compressed output, where the column is the key less the row's
 // start, only for starts of the same alignment), as the kernel's TMA stores need.
 inline constexpr int kPrefillTileAlign = 8;
+// Items a prefill block costs besides its tiles: what its query load, state and fold add on the
+// critical path of short blocks, measured at two tiles' time or more (docs/perf-notes.md).
+inline constexpr int kPrefillBlockItems = 2;
 inline constexpr int kPagedSplitTokens = 256;
 inline constexpr int kMetaCols = 2;
 
@@ -45,9 +51,13 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_tiles_start(std::int64_t lo) {
   return lo / kPrefillTileAlign * kPrefillTileAlign;
 }
 
-// Items of a prefill block with key range [lo, hi), or of a decode group of length `len`.
+// Key tiles of a prefill block with key range [lo, hi); its items, the tiles after the block's
+// own kPrefillBlockItems; or the items of a decode group of length `len`.
+MQA_HOST_DEVICE constexpr std::int64_t prefill_block_tiles(std::int64_t lo, std::int64_t hi) {
+  return hi > lo ? ceil_div(hi - prefill_tiles_start(lo), kPrefillTileKV) : 0;
+}
 MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(std::int64_t lo, std::int64_t hi) {
-  return hi > lo ? ceil_div(hi - prefill_tiles_start(lo), kPrefillTileKV) : 1;
+  return kPrefillBlockItems + prefill_block_tiles(lo, hi);
 }
 MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;

@@ -1,10 +1,12 @@
-// CUDA prefill entry: picks the kernel instance for (head dim, heads). The dispatch code calls it
-// only when there is an output element to write.
+// CUDA prefill entry: picks the kernel instance for (head dim, heads), then with clean_logits the
+// -inf pass (kernels/prefill_clean_kernel.cuh). The dispatch code calls it only when there is an
+// output element to write.
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/dispatch.hpp"
+#include "kernels/prefill_clean_kernel.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"
 
@@ -12,6 +14,24 @@ namespace mqa_logits::cuda_backend {
 
 template <int kHeadDim, int kNumHeads>
 void launch_prefill(const PrefillProblem& problem, cudaStream_t stream);
+
+namespace {
+
+// After the logits kernel, with programmatic dependent launch (prefill_clean_kernel.cuh).
+void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
+  namespace k = kernels;
+  const k::PrefillCleanParams params{problem.logits,  problem.logits_row_stride,
+                                     problem.k_start, problem.k_end,
+                                     problem.seq_len, problem.seq_len_kv,
+                                     problem.out_cols, problem.logits_dtype == DType::kBFloat16,
+                                     problem.compressed};
+  const dim3 grid(static_cast<unsigned>(schedule::ceil_div(problem.seq_len, k::kCleanRowsPerCta)),
+                  static_cast<unsigned>(schedule::ceil_div(problem.out_cols, k::kCleanColumns)));
+  launch_programmatic(&k::prefill_clean_kernel, grid, dim3(k::kCleanThreads), 0, stream,
+                      "prefill_clean_kernel launch", params);
+}
+
+}  // namespace
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   if (problem.format != Format::kFP8) {
@@ -22,6 +42,7 @@ void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
     launch_prefill<decltype(dim)::value, decltype(heads)::value>(problem, stream);
   });
+  if (problem.clean_logits) launch_clean(problem, stream);
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -66,7 +66,6 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   params.weights_bf16 = problem.weights_dtype == DType::kBFloat16;
   params.logits_bf16 = problem.logits_dtype == DType::kBFloat16;
   params.compressed = problem.compressed;
-  params.clean_logits = problem.clean_logits;
 
   // Without metadata each CTA computes its segment of the same even split (find_segment).
   const int grid =

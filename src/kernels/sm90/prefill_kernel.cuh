@@ -5,44 +5,47 @@
 // the MMA. A work item is one 128-key tile of one block; the four math warpgroups share it, math
 // warpgroup w taking query group w / 2 and 64-key half w % 2 of the tile:
 //     acc[64 keys x 128 (q, h)] = K_half[64 x D] * Q_group[128 x D]^T   (wgmma m64n128k32 e4m3)
-// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]). At H = 64 the relu
-// is |x| plus a linear half that the MMA computes in 8 more columns (m64n136k32; the folded query
-// rows of prefill_folded_query.cuh, term s of query q with multiplier m[q, s]):
+// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]). At H = 64, in blocks
+// of kFoldMinTiles tiles or more, the relu is |x| plus a linear half that the MMA computes in 8
+// more columns (m64n136k32; the folded query rows of prefill_folded_query.cuh, term s of query q
+// with multiplier m[q, s]):
 //     logit[q, key] = kscale[key] * (sum_h (w[q, h] / 2) |acc[key, (q, h)]|
 //                                    + sum_s m[q, s] acc[key, (q, s)]).
+// Shorter blocks keep the relu: their fold would not hide under the previous block's tiles.
 //
 // Warp roles (640 threads, one CTA per SM, persistent); warpgroup 0's in prefill_producer.cuh,
 // the parameters, constants and shared-memory carve-up in prefill_plan.cuh:
 //   warpgroup 0, warp 0    producer: TMA loads of K tiles + key scales (kStages-deep ring).
-//   warpgroup 0, warps 1-2 query warps: warp 1 loads each block's Q rows by TMA (2 buffers) as
-//                          soon as a buffer is free; at H = 64 both then fold the block's
-//                          queries (folded rows and multipliers, then q_ready) while the previous
-//                          block computes. Cleaners: with clean_logits, -inf to the columns of
-//                          each row that no tile of its block covers (outside
-//                          [lo, lo + 128 * tiles)), each block once the next one is folded, so
-//                          the main loop never waits on it.
+//   warpgroup 0, warps 1-2 query warps: per block, as soon as one of the 2 Q buffers is free,
+//                          its Q rows by TMA, its state for the math warps (span, weights, row
+//                          windows: BlockState), the fold of its queries where it folds, then
+//                          q_ready; all while the previous block computes. Every walk over the
+//                          blocks loads the next block's windows one block ahead.
 //   warpgroup 0, warp 3    store warp: each tile's staged logits to global memory by TMA, one
 //                          box of the block's rows (full output) or one per row (compressed
 //                          output, rows staged rotated onto the 16-byte grid); then the stage is
 //                          free.
-//   warpgroups 1-4         math + epilogue: MMA into one accumulator set, then the relu * weight
-//                          head reduction, the quad shuffles, the key scale and the window, the
-//                          logits staged in shared memory, while the other three warpgroups'
-//                          MMAs keep the tensor cores busy.
+//   warpgroups 1-4         math + epilogue: per Q buffer the block the query warps staged (a span
+//                          of kEndOfBlocks ends the CTA), per tile the MMA into one accumulator
+//                          set, then the relu * weight head reduction, the quad shuffles, the key
+//                          scale and the window, the logits staged in shared memory, while the
+//                          other three warpgroups' MMAs keep the tensor cores busy.
+// clean_logits is a pass of its own after this kernel (kernels/prefill_clean_kernel.cuh).
 // Registers (setmaxnreg): 32 for warpgroup 0 and 112 for the math warpgroups (64 accumulators,
 // 68 at H = 64, and the lane's 32 weights of the block among them).
 // Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
 // have read them; for full output all lanes once lane 0's box has); per Q buffer q_full (TMA),
-// q_ready (folded, H = 64) and q_empty (each math thread, once done with the block).
+// q_ready (each query-warp lane, once the state is staged and the rows folded) and q_empty (each
+// math thread, once done with the block).
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
-// 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per-warp
-// weights (staged once per block) and key windows 16 x (576 + 16 * kGroupQ) B; multipliers, the
-// query warps' blocks awaiting cleaning, barriers: up to 227 KiB, with 8 stages at H = 64, 7 at
-// H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
+// 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per Q buffer
+// its block state (32 + 1152 + 16 * kBlockQ B) and multipliers; barriers: up to 227 KiB, with 8
+// stages at H = 64, 7 at H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
-// Scheduling: CTA c takes its contiguous segment of (block, tile) items, rows c and c + 1 of the
-// metadata, read when given and otherwise computed by the CTA itself (find_segment). Every
+// Scheduling: CTA c takes its contiguous segment of the (block, item) list, rows c and c + 1 of
+// the metadata, read when given and otherwise computed by the CTA itself (find_segment); a
+// block's first items stand for its own cost, the rest are its tiles (schedule.hpp). Every
 // output element is computed by the same instructions in the same order either way, so both
 // give bitwise-identical logits.
 #pragma once
@@ -79,82 +82,51 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
   }
 }
 
-// What the math warps need of query row `row`: its key window (empty past S) and the rotation
-// of its staged logits (prefill_plan.cuh, staged_slot).
-__device__ __forceinline__ int4 row_window(const PrefillParams& p, std::int64_t row) {
-  if (row >= p.seq_len) return make_int4(0, 0, 0, 0);
-  const std::int32_t start = p.k_start[row];
-  const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
-  const int rotation = p.compressed ? first_aligned_column(start, p.logits_bf16 ? 2 : 4) : 0;
-  return make_int4(static_cast<int>(win.lo), static_cast<int>(win.hi), rotation, 0);
-}
-
 // Math warpgroups 1-4: per tile, the MMA, then the epilogue (relu * weight head sum, quad
 // reduction, key scale, window), its logits staged in shared memory for the store warp.
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillShared<T>& sh,
                                          int warp, int lane) {
-  constexpr int kBlockQ = T::kBlockQ;
   // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the wgmma descriptors
   // derived from it then live in uniform registers.
   const int math_wg = __shfl_sync(0xffffffffu, warp / 4 - 1, 0);
   const int group = math_wg / 2;                    // query group of the block
   const int half = math_wg % 2;                     // 64-key half of every tile
   const int quad_row = (warp % 4) * 16 + lane / 4;  // key row (r = 0) inside the half
-  std::uint8_t* warp_state = sh.warp_states + (warp - 4) * T::kWarpStateBytes;
-  auto* warp_weights = reinterpret_cast<float4*>(warp_state);
-  const float4* my_weights = warp_weights + (lane % 4) * (T::kWeightRowFloats / 4);
-  auto* group_windows = reinterpret_cast<int4*>(warp_state + T::kWeightBytes);
   RingPosition<T::kStages> kv;
   RingPosition<T::kQBuffers> qb;
-  float acc[T::kMmaN / 2];
-  float4 lane_weights[T::kLaneWeightFours];  // this lane's weights of the block (see below)
+  float4 lane_weights[T::kLaneWeightFours];  // this lane's weights of the block (BlockState)
 
-  for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    const int tile_end = s.tile_end();
-    if (s.first_item >= tile_end) return;
-    const std::int64_t row0 = static_cast<std::int64_t>(s.block) * kBlockQ + group * T::kGroupQ;
-
-    // Weights of MMA column n = 8j + 2(lane % 4) + c, (q, h) = divmod(n, H), stored as
-    // warp_weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0], w[j + 1][1]} (j even);
-    // halved where the relu is |x| plus the folded half.
-    __syncwarp();  // the previous block's state is no longer read
-    {
-      const int j0 = 2 * (lane / 4);
-      float v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int n = 8 * (j0 + i / 2) + 2 * (lane % 4) + i % 2;
-        const float scale = T::kFoldLinear ? 0.5f : 1.f;
-        v[i] = scale * query_weight(p, row0 + n / kNumHeads, n % kNumHeads);
-      }
-      warp_weights[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] =
-          make_float4(v[0], v[1], v[2], v[3]);
-    }
-    if (lane < T::kGroupQ) group_windows[lane] = row_window(p, row0 + lane);
-    __syncwarp();
+  for (;; qb.advance()) {
+    sh.q_ready[qb.stage].wait(qb.phase);
+    const BlockState<T> state = sh.block_state(qb.stage);
+    const BlockSpan s = state.span();
+    if (s.block == kEndOfBlocks) return;
+    const float4* my_weights = reinterpret_cast<const float4*>(state.weights(group)) +
+                               (lane % 4) * (T::kWeightRowFloats / 4);
 #pragma unroll
     for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
-
+    const int4* group_windows = state.windows(group);
     const std::uint8_t* q_group = sh.q_tiles + qb.stage * T::kQBytes + group * T::kGroupBytes;
-    (T::kFoldLinear ? sh.q_ready : sh.q_full)[qb.stage].wait(qb.phase);
-    // kFoldLinear: the sh.multipliers of the lane's folded columns (term lane % 4 of the group's
+    // Folded blocks: the multipliers of the lane's folded columns (term lane % 4 of the group's
     // queries), read per tile: registers are short.
-    const auto* lane_multipliers = reinterpret_cast<const float2*>(
-        sh.multipliers + qb.stage * T::kMultiplierFloats + (lane % 4) * T::kBlockQ +
-        group * T::kGroupQ);
+    const auto* lane_multipliers =
+        reinterpret_cast<const float2*>(state.multipliers(group)) + (lane % 4) * (T::kGroupQ / 2);
 
     // The tile loop, compiled per logit type and output kind (a branch inside it costs
     // registers; full output stages its rows unrotated).
-    const auto run_tiles = [&](auto logit, auto compressed) {
+    const auto run_tiles = [&](auto logit, auto compressed, auto fold) {
       using Logit = decltype(logit);
+      constexpr bool kFold = decltype(fold)::value;
+      constexpr int kMmaN = kFold ? T::kMmaN : T::kGroupN;
+      float acc[kMmaN / 2];
       // Register allocation, measured (docs/perf-notes.md): the H = 64 bf16 loop steps its
       // ring position as a tile count c (stage c % kStages, phase (c / kStages) % 2), with which
       // ptxas spills one value fewer a tile around the MMA there (and lays out the fp32 loop
       // shorter); every other loop steps the stage and phase, three instructions a tile fewer.
       constexpr bool kCounted = std::is_same_v<Logit, __nv_bfloat16> && kNumHeads == 64;
       unsigned count = kv.phase * T::kStages + kv.stage;
-      for (int t = s.first_item; t < tile_end; ++t) {
+      for (int t = s.first_tile; t < s.end_tile; ++t) {
         const int stage = kCounted ? static_cast<int>(count % T::kStages) : kv.stage;
         sh.kv_full[stage].wait(kCounted ? (count / T::kStages) & 1 : kv.phase);
         if constexpr (kCounted) {
@@ -164,12 +136,12 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         }
         const std::uint8_t* keys =
             sh.kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
-        wgmma_tile_e4m3_n<T::kMmaN, kHeadDim>(acc, keys, q_group);
+        wgmma_tile_e4m3_n<kMmaN, kHeadDim>(acc, keys, q_group);
         wgmma_wait<0>();
         fence_accumulators(acc);
 
         // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
-        const int tile_key0 = static_cast<int>(s.lo) + t * T::kTileKV;
+        const int tile_key0 = s.lo + t * T::kTileKV;
         const int half_row = half * T::kKeysPerMma + quad_row;
         const float* ks =
             reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleBytes) + half_row;
@@ -189,13 +161,13 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
                 const float x = acc[4 * (j + jj) + 2 * r + c];
-                const float y = T::kFoldLinear ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
+                const float y = kFold ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
                 partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
               }
             }
           }
         }
-        if constexpr (T::kFoldLinear) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
+        if constexpr (kFold) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
           constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
 #pragma unroll
           for (int j = 0; j < T::kGroupQ / 2; ++j) {
@@ -235,11 +207,18 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         kv.phase = (count / T::kStages) & 1;
       }
     };
+    const auto run_tiles_folded = [&](auto logit, auto compressed) {
+      // Only H = 64 folds, and only blocks of kFoldMinTiles tiles or more (prefill_plan.cuh).
+      if constexpr (T::kFoldLinear) {
+        if (s.tiles >= T::kFoldMinTiles) return run_tiles(logit, compressed, std::true_type{});
+      }
+      run_tiles(logit, compressed, std::false_type{});
+    };
     const auto run_tiles_of = [&](auto logit) {
       if (p.compressed) {
-        run_tiles(logit, std::true_type{});
+        run_tiles_folded(logit, std::true_type{});
       } else {
-        run_tiles(logit, std::false_type{});
+        run_tiles_folded(logit, std::false_type{});
       }
     };
     if (p.logits_bf16) {
@@ -247,9 +226,8 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
     } else {
       run_tiles_of(float{});
     }
-    sh.q_empty[qb.stage].arrive();  // every thread, once done with the Q buffer (and multipliers)
-    qb.advance();
-  });
+    sh.q_empty[qb.stage].arrive();  // every thread, once done with the Q buffer and its state
+  }
 }
 
 template <int kHeadDim, int kNumHeads>
@@ -274,15 +252,17 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     }
     for (int s = 0; s < T::kQBuffers; ++s) {
       sh.q_full[s].init(1);
-      sh.q_ready[s].init(T::kQueryWarps);
+      sh.q_ready[s].init(32 * T::kQueryWarps);
       sh.q_empty[s].init(T::kMathThreads);
     }
     fence_barrier_init();
   }
   find_segment(p, sh);
   __syncthreads();
+  // The clean_logits pass after this kernel may start its CTAs as this kernel's leave the SMs.
+  cudaTriggerProgrammaticLaunchCompletion();
 
-  if (warp < 4) {  // producer, query warps, cleaners and store warp (prefill_producer.cuh)
+  if (warp < 4) {  // producer, query warps and store warp (prefill_producer.cuh)
     lower_register_budget<T::kProducerRegisters>();
     if (warp == 0) {
       produce_key_tiles<T>(p, sh, lane);
@@ -294,7 +274,7 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
       } else {
         store_row_tiles<T, std::uint32_t>(p, sh, lane);
       }
-    } else if (warp == 1 || T::kFoldLinear || p.clean_logits) {
+    } else {
       run_query_warps<T, kHeadDim, kNumHeads>(p, sh, warp, lane);
     }
     return;

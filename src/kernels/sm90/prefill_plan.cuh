@@ -43,20 +43,20 @@ struct PrefillParams {
   bool weights_bf16;
   bool logits_bf16;
   bool compressed;
-  bool clean_logits;
 };
 
-struct alignas(8) BlockSpan {
-  int block;
-  int first_item;  // items [first_item, end_item) of this block belong to this CTA
-  int end_item;
-  std::int64_t lo;  // first key of tile 0 (schedule::prefill_tiles_start)
-  int tiles;        // real tiles of the block (0 for an empty block)
-  int items;
-  // End of this CTA's tiles of the block: it computes tiles [first_item, tile_end()).
-  __device__ int tile_end() const { return min(end_item, tiles); }
+// A block as one CTA walks it: the CTA computes its tiles [first_tile, end_tile) (none when its
+// segment holds only the block's own items, schedule.hpp).
+struct BlockSpan {
+  int lo;     // first key of tile 0 (schedule::prefill_tiles_start; keys fit int32)
+  int block;  // kEndOfBlocks: the query warps' last message to the math warps
+  int tiles;        // the block's key tiles (0 for a block whose rows are all empty)
+  int first_tile;
+  int end_tile;
+  __device__ bool has_tiles() const { return first_tile < end_tile; }
 };
-static_assert(sizeof(BlockSpan) == 32);
+static_assert(sizeof(BlockSpan) == 20);
+inline constexpr int kEndOfBlocks = -1;
 
 template <int kHeadDim, int kNumHeads>
 struct PrefillTiling {
@@ -84,11 +84,13 @@ struct PrefillTiling {
   static constexpr int kMathRegisters = 112;
   static_assert(128 * kProducerRegisters + kMathThreads * kMathRegisters <=
                 kThreads * launch_registers(kThreads));
-  static constexpr int kQBuffers = 2;
+  // Q buffers: a block's Q rows load (and fold) while the blocks before it compute. At H = 64
+  // (4-row blocks, 1-3 tiles each near the diagonal of causal windows) the query warps' chain per
+  // block (TMA, state, fold) outlasts a short block, so a third buffer lets it run two blocks
+  // ahead, at the price of two K stages (8 -> 6 at D = 128).
+  static constexpr int kQBuffers = kFoldLinear ? 3 : 2;
   static constexpr int kGroupBytes = kMmaN * kHeadDim;  // a group's Q tile, folded rows last
   static constexpr int kQBytes = 2 * kGroupBytes;
-  static constexpr int kMultiplierFloats =
-      kFoldLinear ? kBlockQ * kernels::kFoldTerms : 0;  // per buffer
   static constexpr int kKVBytes = kTileKV * kHeadDim;
   // Key scales of a tile: its first key is a multiple of schedule::kPrefillTileAlign, so the box
   // starts 16-byte aligned, as TMA needs.
@@ -101,21 +103,29 @@ struct PrefillTiling {
   // (staging_row_bytes: 512 bytes apart for fp32, 256 for bf16).
   static constexpr int staging_row_bytes(int element) { return kTileKV * element; }
   static constexpr int kStagingBytes = kBlockQ * staging_row_bytes(4);
-  // Each math warp's state for its block's query group in shared memory: the weights, laid out
-  // so that lane l reads its 32 (16 column pairs) as 8 float4 at row l % 4 (rows padded to spread
-  // the banks) into registers once per block, then each query row's key window.
+  // A block needs this many tiles to take the fold (kFoldLinear): a fold costs the query warps
+  // ~2.5 us a block (~1100 instructions a query on warps of 32 registers), which a block hides
+  // under the previous one's tiles only when that block has ~4 or more; a shorter block takes
+  // the relu form (N = 128, FMNMX and FFMA), ~20% slower a tile but never waiting for a fold.
+  static constexpr int kFoldMinTiles = 4;
+  // What the query warps stage for the math warps with each Q buffer (BlockState): the block's
+  // span, then per query group its weights, laid out so that lane l of a math warp reads its 32
+  // (16 column pairs) as 8 float4 at row l % 4 of 4 rows (padded to spread the banks), into
+  // registers once per block; each of its query rows' key window; the multipliers of its folded
+  // columns (term s of query q at [s * kGroupQ + q]).
   static constexpr int kWeightRowFloats = 36;
   static constexpr int kLaneWeightFours = 8;  // 32 weights: 16 column pairs
   static constexpr int kWeightBytes = 4 * kWeightRowFloats * 4;
-  static constexpr int kWarpStateBytes = kWeightBytes + kGroupQ * 16;
-  static constexpr int kQueryWarps = 2;  // warps 1-2 of warpgroup 0: Q loads, folds, cleaning
+  static constexpr int kWindowBytes = kGroupQ * 16;
+  static constexpr int kMultiplierBytes = kFoldLinear ? kernels::kFoldTerms * kGroupQ * 4 : 0;
+  static constexpr int kGroupStateBytes = kWeightBytes + kWindowBytes + kMultiplierBytes;
+  static constexpr int kBlockStateBytes = 32 + 2 * kGroupStateBytes;
+  static constexpr int kQueryWarps = 2;  // warps 1-2 of warpgroup 0: Q loads, block states, folds
   static constexpr int kStoreWarp = 3;   // warp 3: the logits' TMA stores
   // Everything but the stages, then as many stages as fit (at most 8; D = 128: 8 at H = 64, 7 at
   // H = 32, 6 at H = 16, 4 at H = 8, where the staged logits grow with the block's rows).
-  static constexpr int kFixedBytes = kQBuffers * kQBytes + kMathWarps * kWarpStateBytes +
-                                     kQBuffers * kMultiplierFloats * 4 +
-                                     kQueryWarps * static_cast<int>(sizeof(BlockSpan)) +
-                                     8 * 3 * kQBuffers;
+  static constexpr int kFixedBytes =
+      kQBuffers * kQBytes + kQBuffers * kBlockStateBytes + 8 * 3 * kQBuffers;
   static constexpr int kStageBytes = kKVBytes + kScaleBytes + kStagingBytes + 8 * 3;
   // Opt-in shared memory of a CTA, less the static prefill_segment.
   static constexpr int kSmemLimit = 227 * 1024 - static_cast<int>(sizeof(prefill_segment));
@@ -126,12 +136,29 @@ struct PrefillTiling {
   static_assert(kStages >= 2 && kSmemBytes <= kSmemLimit);
   // Without metadata the CTA computes its segment, before the pipeline starts, in the K stages.
   static_assert(sizeof(metadata_kernels::ScheduleScratch<kThreads>) <= kStages * kKVBytes);
-  // TMA boxes start 128-byte aligned (staging, key scales); barriers and BlockSpans 8-byte.
+  // TMA boxes start 128-byte aligned (staging, key scales); block states 16-byte, barriers 8.
   static_assert(kKVBytes % 128 == 0 && kScaleBytes % 128 == 0 && kStagingBytes % 128 == 0);
-  static_assert((kMathWarps * kWarpStateBytes + kQBuffers * kMultiplierFloats * 4) % 8 == 0);
+  static_assert(kGroupStateBytes % 16 == 0);
   static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
   static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
+};
+
+// What the query warps hand the math warps with a Q buffer, T::kBlockStateBytes from `at`: the
+// block's span, then per query group (T::kGroupStateBytes each) its weights, each of its rows' key
+// window (lo, hi, and the rotation of its staged logits: staged_slot) and its multipliers.
+template <typename T>
+struct BlockState {
+  std::uint8_t* at;
+  __device__ BlockSpan& span() const { return *reinterpret_cast<BlockSpan*>(at); }
+  __device__ std::uint8_t* group(int g) const { return at + 32 + g * T::kGroupStateBytes; }
+  __device__ float* weights(int g) const { return reinterpret_cast<float*>(group(g)); }
+  __device__ int4* windows(int g) const {
+    return reinterpret_cast<int4*>(group(g) + T::kWeightBytes);
+  }
+  __device__ float* multipliers(int g) const {
+    return reinterpret_cast<float*>(group(g) + T::kWeightBytes + T::kWindowBytes);
+  }
 };
 
 // The shared memory of PrefillTiling (kSmemBytes, in this order) as the roles address it.
@@ -141,14 +168,12 @@ struct PrefillShared {
   std::uint8_t* kv_tiles;     // kStages x kTileKV x D, swizzled by TMA
   std::uint8_t* scale_tiles;  // kStages x kScaleBytes bytes
   std::uint8_t* staging;      // kStages x kStagingBytes (the stage's logits)
-  std::uint8_t* warp_states;  // kMathWarps x kWarpStateBytes (weights, key windows)
-  float* multipliers;         // kQBuffers x kMultiplierFloats
-  BlockSpan* uncleaned;       // kQueryWarps: the block each query warp has still to clean
+  std::uint8_t* block_states;  // kQBuffers x kBlockStateBytes (BlockState)
   Barrier* kv_full;           // kStages each: keys loaded,
   Barrier* sums_full;         // logits staged,
   Barrier* kv_empty;          // and stored (the stage free)
   Barrier* q_full;   // kQBuffers each: TMA rows landed,
-  Barrier* q_ready;  // and folded (kFoldLinear),
+  Barrier* q_ready;  // and the block state staged, the rows folded (when the block folds),
   Barrier* q_empty;  // and consumed
 
   // `smem` 1024-byte aligned: the 128-byte swizzle atoms of the TMA tiles need it.
@@ -157,15 +182,17 @@ struct PrefillShared {
         kv_tiles(q_tiles + T::kQBuffers * T::kQBytes),
         scale_tiles(kv_tiles + T::kStages * T::kKVBytes),
         staging(scale_tiles + T::kStages * T::kScaleBytes),
-        warp_states(staging + T::kStages * T::kStagingBytes),
-        multipliers(reinterpret_cast<float*>(warp_states + T::kMathWarps * T::kWarpStateBytes)),
-        uncleaned(reinterpret_cast<BlockSpan*>(multipliers + T::kQBuffers * T::kMultiplierFloats)),
-        kv_full(reinterpret_cast<Barrier*>(uncleaned + T::kQueryWarps)),
+        block_states(staging + T::kStages * T::kStagingBytes),
+        kv_full(reinterpret_cast<Barrier*>(block_states + T::kQBuffers * T::kBlockStateBytes)),
         sums_full(kv_full + T::kStages),
         kv_empty(sums_full + T::kStages),
         q_full(kv_empty + T::kStages),
         q_ready(q_full + T::kQBuffers),
         q_empty(q_ready + T::kQBuffers) {}
+
+  __device__ BlockState<T> block_state(int buffer) const {
+    return {block_states + buffer * T::kBlockStateBytes};
+  }
 };
 
 // TMA stores need the first output column of a box 16-byte aligned.
@@ -189,25 +216,25 @@ __device__ __forceinline__ int staged_slot(int column, int rotation) {
   return (column - rotation) & (schedule::kPrefillTileKV - 1);
 }
 
-// Block b: its tiles from min start (rounded down to kPrefillTileAlign) to max end over its
-// non-empty rows. Called by a full warp.
+// Row `lane` of block b's window (start, end), or an empty one past S: what block_span reduces.
 template <int kBlockQ>
-__device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b) {
+__device__ __forceinline__ int2 block_row_bounds(const PrefillParams& p, int b) {
   const int lane = threadIdx.x % 32;
   const std::int64_t row = static_cast<std::int64_t>(b) * kBlockQ + lane;
-  int lo = INT_MAX, hi = INT_MIN;
-  if (lane < kBlockQ && row < p.seq_len) {
-    const auto w = schedule::prefill_row_window(p.k_start[row], p.k_end[row], p.seq_len_kv);
-    if (w.lo < w.hi) {
-      lo = static_cast<int>(w.lo);
-      hi = static_cast<int>(w.hi);
-    }
-  }
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  const std::int64_t start = hi > lo ? schedule::prefill_tiles_start(lo) : 0;
-  const int items = static_cast<int>(schedule::prefill_block_items(lo, hi));
-  return {b, 0, items, start, hi > lo ? items : 0, items};
+  if (lane >= kBlockQ || row >= p.seq_len) return make_int2(0, 0);
+  return make_int2(p.k_start[row], p.k_end[row]);
+}
+
+// Block b: its tiles from min start (rounded down to kPrefillTileAlign) to max end over its
+// non-empty rows, from each lane's block_row_bounds. Called by a full warp.
+__device__ __forceinline__ BlockSpan block_span(const PrefillParams& p, int b, int2 bounds) {
+  const auto w = schedule::prefill_row_window(bounds.x, bounds.y, p.seq_len_kv);
+  const bool rows = w.lo < w.hi;
+  const int lo = __reduce_min_sync(0xffffffffu, rows ? static_cast<int>(w.lo) : INT_MAX);
+  const int hi = __reduce_max_sync(0xffffffffu, rows ? static_cast<int>(w.hi) : INT_MIN);
+  const int start = hi > lo ? static_cast<int>(schedule::prefill_tiles_start(lo)) : 0;
+  const int tiles = static_cast<int>(schedule::prefill_block_tiles(lo, hi));
+  return {start, b, tiles, 0, tiles};
 }
 
 // This CTA's segment of the schedule into prefill_segment: rows blockIdx.x and blockIdx.x + 1 of
@@ -230,20 +257,28 @@ __device__ __forceinline__ void find_segment(const PrefillParams& p, const Prefi
   fence_async_proxy_shared();  // TMA (the async proxy) writes the scratch next
 }
 
-// Calls f(span) for every block span of this CTA's segment (prefill_segment), in order. Called
-// by full warps.
+// Calls f(span) for every block span of this CTA's segment (prefill_segment), in order, its
+// tiles those of the segment's items past the block's own schedule::kPrefillBlockItems. Each
+// block's window bounds are loaded one block ahead, so that the walk adds no load latency
+// between blocks. Called by full warps.
 template <int kBlockQ, typename F>
 __device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
+  constexpr int kOwnItems = schedule::kPrefillBlockItems;
   // Read where used (volatile): the bounds need no registers across the spans.
   const volatile std::int32_t* bounds = prefill_segment;
-  for (int block = bounds[0], item = bounds[1];; ++block, item = 0) {
+  int block = bounds[0], item = bounds[1];
+  int2 next = block_row_bounds<kBlockQ>(p, block);
+  for (;; ++block, item = 0) {
     const int end_block = min(bounds[2], p.num_blocks), end_item = bounds[3];
     if (block > end_block || (block == end_block && (block == p.num_blocks || item >= end_item))) {
       return;
     }
-    BlockSpan span = block_span<kBlockQ>(p, block);
-    span.first_item = item;
-    span.end_item = block == end_block ? min(end_item, span.items) : span.items;
+    const int2 rows = next;
+    next = block_row_bounds<kBlockQ>(p, block + 1);
+    BlockSpan span = block_span(p, block, rows);
+    const int items = kOwnItems + span.tiles;
+    span.first_tile = max(item - kOwnItems, 0);
+    span.end_tile = max((block == end_block ? min(end_item, items) : items) - kOwnItems, 0);
     f(span);
   }
 }
@@ -254,17 +289,6 @@ __device__ __forceinline__ float query_weight(const PrefillParams& p, std::int64
   const std::int64_t at = row * p.weights_row_stride + head;
   return p.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.weights)[at])
                         : static_cast<const float*>(p.weights)[at];
-}
-
-// Columns of `row` that tiles [lo, lo + 128 * tiles) of its block write.
-__device__ __forceinline__ void covered_columns(const PrefillParams& p, std::int64_t row,
-                                                const BlockSpan& s, std::int64_t& first,
-                                                std::int64_t& last) {
-  const std::int64_t shift = p.compressed ? p.k_start[row] : 0;
-  first = s.tiles > 0 ? s.lo - shift : 0;
-  last = s.tiles > 0 ? s.lo + std::int64_t{schedule::kPrefillTileKV} * s.tiles - shift : 0;
-  first = max(std::int64_t{0}, min(first, p.out_cols));
-  last = max(first, min(last, p.out_cols));
 }
 
 }  // namespace mqa_logits::sm90

@@ -1,6 +1,6 @@
 // The prefill kernel's warpgroup 0 (prefill_kernel.cuh, Warp roles): warp 0 loads the key tiles
-// and their scales, warps 1-2 each block's Q rows, its folded rows (H = 64) and, with
-// clean_logits, the -inf columns that no tile of the block covers; warp 3 stores the logits.
+// and their scales, warps 1-2 each block's Q rows, its state for the math warps and its folded
+// rows (H = 64, blocks of kFoldMinTiles or more); warp 3 stores the logits.
 #pragma once
 
 #include <cstdint>
@@ -13,19 +13,18 @@
 namespace mqa_logits::sm90 {
 
 // Warps 1-2 (kFoldLinear): the folded rows and multipliers of block `block`'s queries into its Q
-// buffer `q_tile` and `multipliers` (term s of block query q at [s * kBlockQ + q]), once the
-// buffer's TMA rows have landed.
+// buffer `q_tile` and its block state, once the buffer's TMA rows have landed.
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ void fold_block(const PrefillParams& p, int block, std::uint8_t* q_tile,
-                           float* multipliers, int fold_warp, int lane) {
+                           const BlockState<T>& state, int fold_warp, int lane) {
   for (int query = fold_warp; query < T::kBlockQ; query += T::kQueryWarps) {
     const std::int64_t row = static_cast<std::int64_t>(block) * T::kBlockQ + query;
     float half_w[kNumHeads / 32];
 #pragma unroll
     for (int i = 0; i < kNumHeads / 32; ++i) half_w[i] = 0.5f * query_weight(p, row, lane + 32 * i);
-    fold_query<kHeadDim, kNumHeads, T::kGroupN>(q_tile + query / T::kGroupQ * T::kGroupBytes,
-                                                query % T::kGroupQ, half_w, multipliers + query,
-                                                T::kBlockQ, lane);
+    const int group = query / T::kGroupQ, q = query % T::kGroupQ;
+    fold_query<kHeadDim, kNumHeads, T::kGroupN>(q_tile + group * T::kGroupBytes, q, half_w,
+                                                state.multipliers(group) + q, T::kGroupQ, lane);
   }
   fence_async_proxy_shared();  // the folded rows are read by wgmma, in the async proxy
 }
@@ -37,9 +36,9 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
   constexpr int kBlockQ = T::kBlockQ;
   RingPosition<T::kStages> kv;
   for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    for (int t = s.first_item; t < s.tile_end(); ++t) {
+    for (int t = s.first_tile; t < s.end_tile; ++t) {
       if (lane == 0) {
-        const int key0 = static_cast<int>(s.lo) + t * T::kTileKV;
+        const int key0 = s.lo + t * T::kTileKV;
         sh.kv_empty[kv.stage].wait(kv.phase ^ 1);
         sh.kv_full[kv.stage].arrive_expect_bytes(T::kKVBytes + T::kScaleBytes);
         tma_load_2d(sh.kv_tiles + kv.stage * T::kKVBytes, &p.kv_map, 0, key0,
@@ -52,65 +51,85 @@ __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
   });
 }
 
-// Warps 1-2: a block's Q rows (warp 1, as soon as the buffer is free: the block before the
-// previous one is done), its folded rows once they land (kFoldLinear; meanwhile the previous
-// block computes), then the previous block's -inf columns (clean_logits): a block is cleaned
-// only once the next one's Q is loaded (and folded), the last one after the loop, so that at a
-// block boundary the math warps never wait for a fold queued behind cleaning.
+// What the math warps need of query row `row`: its key window (empty past S) and the rotation
+// of its staged logits (prefill_plan.cuh, staged_slot).
+__device__ __forceinline__ int4 row_window(const PrefillParams& p, std::int64_t row) {
+  if (row >= p.seq_len) return make_int4(0, 0, 0, 0);
+  const std::int32_t start = p.k_start[row];
+  const auto win = schedule::prefill_row_window(start, p.k_end[row], p.seq_len_kv);
+  const int rotation = p.compressed ? first_aligned_column(start, p.logits_bf16 ? 2 : 4) : 0;
+  return make_int4(static_cast<int>(win.lo), static_cast<int>(win.hi), rotation, 0);
+}
+
+// Warps 1-2: for each block with tiles in this CTA, as soon as a Q buffer is free (the block
+// before the previous one is done): its Q rows by TMA (warp 1), its state for the math warps
+// (warp w - 1 the weights and windows of query group w - 1, warp 1 the span), and once the
+// rows land, their fold when the block folds (T::kFoldLinear and kFoldMinTiles tiles or more);
+// then q_ready. The fold of a block thus runs under the previous block's tiles. After the last
+// block, a span of kEndOfBlocks tells the math warps to stop.
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const PrefillShared<T>& sh,
                                                 int warp, int lane) {
-  constexpr int kBlockQ = T::kBlockQ;
+  const int group = warp - 1;  // the query group whose weights this warp stages
   RingPosition<T::kQBuffers> qb;
-  const int thread = threadIdx.x - 32, threads = 32 * T::kQueryWarps;
-  const auto clean = [&](const BlockSpan& s) {
-    for (int q = 0; q < kBlockQ; ++q) {
-      const std::int64_t row = static_cast<std::int64_t>(s.block) * kBlockQ + q;
-      if (row >= p.seq_len) break;
-      std::int64_t first, last;
-      covered_columns(p, row, s, first, last);
-      void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
-      if (s.first_item == 0) {
-        kernels::fill_row_negative_infinity(out, p.logits_bf16, 0, first, thread, threads);
+  for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
+    if (!s.has_tiles()) return;
+    const bool fold = T::kFoldLinear && s.tiles >= T::kFoldMinTiles;
+    // The block's state, read before the wait for its buffer. Weights of MMA column
+    // n = 8j + 2(lane % 4) + c, (q, h) = divmod(n, H), halved where the relu is |x| plus the
+    // folded half, stored as weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0],
+    // w[j + 1][1]} (j even).
+    const std::int64_t row0 = static_cast<std::int64_t>(s.block) * T::kBlockQ;
+    float4 weights;
+    {
+      const int j0 = 2 * (lane / 4);
+      const float scale = fold ? 0.5f : 1.f;
+      const auto weight = [&](int i) {
+        const int n = 8 * (j0 + i / 2) + 2 * (lane % 4) + i % 2;
+        return scale * query_weight(p, row0 + group * T::kGroupQ + n / kNumHeads, n % kNumHeads);
+      };
+      weights = make_float4(weight(0), weight(1), weight(2), weight(3));
+    }
+    const int4 window = lane < T::kGroupQ ? row_window(p, row0 + group * T::kGroupQ + lane) : int4{};
+
+    sh.q_empty[qb.stage].wait(qb.phase ^ 1);
+    if (warp == 1 && lane == 0) {
+      sh.q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
+      for (int g = 0; g < 2; ++g) {
+        tma_load_2d(sh.q_tiles + qb.stage * T::kQBytes + g * T::kGroupBytes, &p.q_map, 0,
+                    s.block * T::kBlockN + g * T::kGroupN, &sh.q_full[qb.stage]);
       }
-      if (s.end_item == s.items) {
-        kernels::fill_row_negative_infinity(out, p.logits_bf16, last, p.out_cols, thread,
-                                            threads);
+      // The next block's Q rows into L2, so that its load waits on L2 rather than HBM.
+      for (int g = 0; g < 2; ++g) {
+        tma_prefetch_2d(&p.q_map, 0, (s.block + 1) * T::kBlockN + g * T::kGroupN);
       }
     }
-  };
-  // The block this warp has still to clean, in shared memory: registers are short beside
-  // the fold.
-  BlockSpan& uncleaned = sh.uncleaned[warp - 1];
-  bool cleaning = false;  // uncleaned holds a block
-  for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
-    if (s.first_item < s.tile_end()) {  // the block has tiles here
-      if (warp == 1 && lane == 0) {
-        sh.q_empty[qb.stage].wait(qb.phase ^ 1);
-        sh.q_full[qb.stage].arrive_expect_bytes(2 * T::kGroupN * kHeadDim);
-        for (int g = 0; g < 2; ++g) {
-          tma_load_2d(sh.q_tiles + qb.stage * T::kQBytes + g * T::kGroupBytes, &p.q_map, 0,
-                      s.block * T::kBlockN + g * T::kGroupN, &sh.q_full[qb.stage]);
-        }
-      }
-      if constexpr (T::kFoldLinear) {
-        sh.q_full[qb.stage].wait(qb.phase);
-        fold_block<T, kHeadDim, kNumHeads>(p, s.block, sh.q_tiles + qb.stage * T::kQBytes,
-                                           sh.multipliers + qb.stage * T::kMultiplierFloats,
-                                           warp - 1, lane);
-        __syncwarp();
-        if (lane == 0) sh.q_ready[qb.stage].arrive();
-      }
-      qb.advance();
+    if (warp == 2 && lane < T::kBlockQ && row0 + T::kBlockQ + lane < p.seq_len) {
+      // And its weight rows (each of H weights, one or two 128-byte lines).
+      const auto* next_row = static_cast<const std::uint8_t*>(p.weights) +
+                             (row0 + T::kBlockQ + lane) * p.weights_row_stride *
+                                 (p.weights_bf16 ? 2 : 4);
+      prefetch_l2(next_row);
+      if (kNumHeads * (p.weights_bf16 ? 2 : 4) > 128) prefetch_l2(next_row + 128);
     }
-    if (!p.clean_logits) return;
-    if (cleaning) clean(uncleaned);
-    __syncwarp();
-    if (lane == 0) uncleaned = s;
-    __syncwarp();
-    cleaning = true;
+    const BlockState<T> state = sh.block_state(qb.stage);
+    reinterpret_cast<float4*>(
+        state.weights(group))[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] = weights;
+    if (lane < T::kGroupQ) state.windows(group)[lane] = window;
+    if (warp == 1 && lane == 0) state.span() = s;
+    sh.q_full[qb.stage].wait(qb.phase);
+    if constexpr (T::kFoldLinear) {
+      if (fold) {
+        fold_block<T, kHeadDim, kNumHeads>(p, s.block, sh.q_tiles + qb.stage * T::kQBytes, state,
+                                           group, lane);
+      }
+    }
+    sh.q_ready[qb.stage].arrive();  // every lane: each orders its own writes
+    qb.advance();
   });
-  if (cleaning) clean(uncleaned);
+  sh.q_empty[qb.stage].wait(qb.phase ^ 1);
+  if (warp == 1 && lane == 0) sh.block_state(qb.stage).span().block = kEndOfBlocks;
+  sh.q_ready[qb.stage].arrive();
 }
 
 // Warp 3, full output: each tile's logits, once the math warps have staged them, as one TMA box
@@ -123,10 +142,10 @@ __device__ __forceinline__ void store_block_tiles(const PrefillParams& p,
                                                   const PrefillShared<T>& sh, int lane) {
   RingPosition<T::kStages> kv;
   for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
-    for (int t = s.first_item; t < s.tile_end(); ++t) {
+    for (int t = s.first_tile; t < s.end_tile; ++t) {
       sh.sums_full[kv.stage].wait(kv.phase);
       if (lane == 0) {
-        tma_store_2d(&p.logits_map, static_cast<int>(s.lo) + t * T::kTileKV,
+        tma_store_2d(&p.logits_map, s.lo + t * T::kTileKV,
                      s.block * T::kBlockQ, sh.staging + kv.stage * T::kStagingBytes);
         bulk_commit();
         bulk_wait<0, true>();
@@ -202,8 +221,8 @@ __device__ __forceinline__ void store_row_tiles(const PrefillParams& p, const Pr
                                                  has_row ? row0 + lane : 0, sizeof(E) == 2));
     int4 carry{};  // slots 128 - A.. of the last tile stored, when `carried`
     bool carried = false;
-    for (int t = s.first_item; t < s.tile_end(); ++t) {
-      const int column = static_cast<int>(s.lo) + t * T::kTileKV - shift;  // of column 0
+    for (int t = s.first_tile; t < s.end_tile; ++t) {
+      const int column = s.lo + t * T::kTileKV - shift;  // of column 0
       const int chunk_column = column + rotation - kElements;
       const bool writes = has_row && column > -T::kTileKV && column < out_cols;
       const bool by_tma = column + rotation >= 0;
@@ -246,7 +265,7 @@ __device__ __forceinline__ void store_row_tiles(const PrefillParams& p, const Pr
       kv.advance();
     }
     if (carried) {  // the last tile's last A - R columns
-      const int column = static_cast<int>(s.lo) + s.tile_end() * T::kTileKV - shift;
+      const int column = s.lo + s.end_tile * T::kTileKV - shift;
       store_chunk(out, column + rotation - kElements, out_cols, carry, 0, kElements - rotation);
     }
   });

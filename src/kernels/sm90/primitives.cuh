@@ -63,6 +63,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, s
 
 // Stores the box at (x, y) of `map` from shared memory `src` (16-byte aligned); the parts of the
 // box outside the tensor are not written. Tracked by this thread's bulk async-groups.
+// Prefetch of a 2-D box into L2 (cp.async.bulk.prefetch.tensor, which cuda::ptx lacks): the
+// box a later tma_load_2d of the same coordinates reads. Boxes past the tensor are dropped.
+__device__ __forceinline__ void tma_prefetch_2d(const CUtensorMap* map, std::int32_t x,
+                                                std::int32_t y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(x), "r"(y)
+               : "memory");
+}
+
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, std::int32_t x, std::int32_t y,
                                              const void* src) {
   const std::int32_t coords[2] = {x, y};
