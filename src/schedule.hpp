@@ -33,8 +33,9 @@ inline constexpr int kPrefillTileKV = 128;
 // start, only for starts of the same alignment), as the kernel's TMA stores need.
 inline constexpr int kPrefillTileAlign = 8;
 // Items a prefill block costs besides its tiles: what its query load, state and fold add on the
-// critical path of short blocks, measured at two tiles' time or more (docs/perf-notes.md).
-inline constexpr int kPrefillBlockItems = 2;
+// critical path of short blocks. Chosen by measurement over the window patterns
+// (docs/perf-notes.md): square causal 8192^2 took 594, 549 and 454 us with 2, 3 and 4.
+inline constexpr int kPrefillBlockItems = 4;
 inline constexpr int kPagedSplitTokens = 256;
 inline constexpr int kMetaCols = 2;
 

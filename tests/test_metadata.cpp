@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::int64_t kTileKV = 128;       // keys per prefill tile item
 constexpr std::int64_t kTileAlign = 8;      // a block's first tile starts at a multiple of it
-constexpr std::int64_t kBlockCost = 2;      // items a prefill block costs besides its tiles
+constexpr std::int64_t kBlockCost = 4;      // items a prefill block costs besides its tiles
 constexpr std::int64_t kSplitTokens = 256;  // keys per decode item
 
 std::int64_t div_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
