@@ -36,8 +36,8 @@
 // Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
 // once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
 // have read them; for full output all lanes once lane 0's box has); per Q buffer q_full (TMA),
-// q_ready (each query-warp lane, once the state is staged and the rows folded) and q_empty (each
-// math thread, once done with the block).
+// q_ready (each query-warp lane, once the state is staged and, in a folded block, the rows
+// folded) and q_empty (each math thread, once done with the block).
 // Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
 // 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per Q buffer
 // its block state (32 + 1152 + 16 * kBlockQ B) and multipliers; barriers: up to 227 KiB, with 8
@@ -108,6 +108,7 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
     for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
     const int4* group_windows = state.windows(group);
     const std::uint8_t* q_group = sh.q_tiles + qb.stage * T::kQBytes + group * T::kGroupBytes;
+    sh.q_full[qb.stage].wait(qb.phase);  // the rows (a folded block's landed before q_ready)
     // Folded blocks: the multipliers of the lane's folded columns (term lane % 4 of the group's
     // queries), read per tile: registers are short.
     const auto* lane_multipliers =

@@ -63,10 +63,11 @@ __device__ __forceinline__ int4 row_window(const PrefillParams& p, std::int64_t 
 
 // Warps 1-2: for each block with tiles in this CTA, as soon as a Q buffer is free (the block
 // before the previous one is done): its Q rows by TMA (warp 1), its state for the math warps
-// (warp w - 1 the weights and windows of query group w - 1, warp 1 the span), and once the
-// rows land, their fold when the block folds (T::kFoldLinear and kFoldMinTiles tiles or more);
-// then q_ready. The fold of a block thus runs under the previous block's tiles. After the last
-// block, a span of kEndOfBlocks tells the math warps to stop.
+// (warp w - 1 the weights and windows of query group w - 1, warp 1 the span), and when the block
+// folds (T::kFoldLinear and kFoldMinTiles tiles or more) once the rows land, their fold; then
+// q_ready. The fold of a block thus runs under the previous blocks' tiles, and a block that does
+// not fold costs these warps no wait for its rows (the math warps wait for them on q_full).
+// After the last block, a span of kEndOfBlocks tells the math warps to stop.
 template <typename T, int kHeadDim, int kNumHeads>
 __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const PrefillShared<T>& sh,
                                                 int warp, int lane) {
@@ -117,9 +118,9 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
         state.weights(group))[(lane % 4) * (T::kWeightRowFloats / 4) + lane / 4] = weights;
     if (lane < T::kGroupQ) state.windows(group)[lane] = window;
     if (warp == 1 && lane == 0) state.span() = s;
-    sh.q_full[qb.stage].wait(qb.phase);
     if constexpr (T::kFoldLinear) {
-      if (fold) {
+      if (fold) {  // the math warps wait for the TMA rows themselves otherwise
+        sh.q_full[qb.stage].wait(qb.phase);
         fold_block<T, kHeadDim, kNumHeads>(p, s.block, sh.q_tiles + qb.stage * T::kQBytes, state,
                                            group, lane);
       }
