@@ -38,10 +38,11 @@
 // have read them; for full output all lanes once lane 0's box has); per Q buffer q_full (TMA),
 // q_ready (each query-warp lane, once the state is staged and, in a folded block, the rows
 // folded) and q_empty (each math thread, once done with the block).
-// Shared memory (D = 128; PrefillShared): Q 2 x 2 groups x (128 + 8 folded at H = 64) rows x
-// 128 B; per stage K 16 KiB, key scales 512 B and the staged logits kBlockQ x 512 B; per Q buffer
-// its block state (32 + 1152 + 16 * kBlockQ B) and multipliers; barriers: up to 227 KiB, with 8
-// stages at H = 64, 7 at H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
+// Shared memory (D = 128; PrefillShared): Q kQBuffers (3 at H = 64, else 2) x 2 groups x (128 + 8
+// folded at H = 64) rows x 128 B; per stage K 16 KiB, key scales 512 B and the staged logits
+// kBlockQ x 512 B; per Q buffer its block state (span, weights, windows, multipliers: 32 + 2 x
+// (576 + 16 kGroupQ + 16 kGroupQ at H = 64) B); barriers: up to 227 KiB, with 6 stages at
+// H = 64, 7 at H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
 // Scheduling: CTA c takes its contiguous segment of the (block, item) list, rows c and c + 1 of
 // the metadata, read when given and otherwise computed by the CTA itself (find_segment); a

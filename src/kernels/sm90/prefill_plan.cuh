@@ -50,7 +50,7 @@ struct PrefillParams {
 struct BlockSpan {
   int lo;     // first key of tile 0 (schedule::prefill_tiles_start; keys fit int32)
   int block;  // kEndOfBlocks: the query warps' last message to the math warps
-  int tiles;        // the block's key tiles (0 for a block whose rows are all empty)
+  int tiles;  // the block's key tiles (0 for a block whose rows are all empty)
   int first_tile;
   int end_tile;
   __device__ bool has_tiles() const { return first_tile < end_tile; }
@@ -120,11 +120,13 @@ struct PrefillTiling {
   static constexpr int kWindowBytes = kGroupQ * 16;
   static constexpr int kMultiplierBytes = kFoldLinear ? kernels::kFoldTerms * kGroupQ * 4 : 0;
   static constexpr int kGroupStateBytes = kWeightBytes + kWindowBytes + kMultiplierBytes;
-  static constexpr int kBlockStateBytes = 32 + 2 * kGroupStateBytes;
+  static constexpr int kSpanBytes = 32;  // the span, padded to keep the group states aligned
+  static constexpr int kBlockStateBytes = kSpanBytes + 2 * kGroupStateBytes;
   static constexpr int kQueryWarps = 2;  // warps 1-2 of warpgroup 0: Q loads, block states, folds
   static constexpr int kStoreWarp = 3;   // warp 3: the logits' TMA stores
-  // Everything but the stages, then as many stages as fit (at most 8; D = 128: 8 at H = 64, 7 at
-  // H = 32, 6 at H = 16, 4 at H = 8, where the staged logits grow with the block's rows).
+  // Everything but the stages, then as many stages as fit (at most 8; D = 128: 6 at H = 64, with
+  // its third Q buffer, 7 at H = 32, 6 at H = 16, 4 at H = 8, where the staged logits grow with
+  // the block's rows).
   static constexpr int kFixedBytes =
       kQBuffers * kQBytes + kQBuffers * kBlockStateBytes + 8 * 3 * kQBuffers;
   static constexpr int kStageBytes = kKVBytes + kScaleBytes + kStagingBytes + 8 * 3;
@@ -139,7 +141,7 @@ struct PrefillTiling {
   static_assert(sizeof(metadata_kernels::ScheduleScratch<kThreads>) <= kStages * kKVBytes);
   // TMA boxes start 128-byte aligned (staging, key scales); block states 16-byte, barriers 8.
   static_assert(kKVBytes % 128 == 0 && kScaleBytes % 128 == 0 && kStagingBytes % 128 == 0);
-  static_assert(kGroupStateBytes % 16 == 0);
+  static_assert(kGroupStateBytes % 16 == 0 && sizeof(BlockSpan) <= kSpanBytes);
   static_assert(kGroupN == 128, "a group is 128 (query, head) columns");
   static_assert(kGroupBytes % (8 * kHeadDim) == 0, "group tiles start on swizzle atoms");
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128);
@@ -152,7 +154,9 @@ template <typename T>
 struct BlockState {
   std::uint8_t* at;
   __device__ BlockSpan& span() const { return *reinterpret_cast<BlockSpan*>(at); }
-  __device__ std::uint8_t* group(int g) const { return at + 32 + g * T::kGroupStateBytes; }
+  __device__ std::uint8_t* group(int g) const {
+    return at + T::kSpanBytes + g * T::kGroupStateBytes;
+  }
   __device__ float* weights(int g) const { return reinterpret_cast<float*>(group(g)); }
   __device__ int4* windows(int g) const {
     return reinterpret_cast<int4*>(group(g) + T::kWeightBytes);
