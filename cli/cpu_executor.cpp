@@ -39,16 +39,25 @@ class CpuExecutor final : public Executor {
     return {begin, begin + bytes};
   }
 
-  // A CPU call is long and has nothing to warm up: every call is a sample.
+  // A CPU call is long and has nothing to warm up: every call is a sample. The calls can take
+  // minutes on big shapes, so the line says how far the current call is and how long is left.
   CallTiming time_calls(const std::function<void()>& enqueue_call, int iters,
-                        const ProgressFn& progress) override {
+                        const CallsProgress& progress) override {
     CallTiming timing{{}, "wall clock per call"};
+    CallEta eta(iters, progress.estimated_seconds);
     for (int i = 0; i < iters; ++i) {
-      progress("call " + std::to_string(i + 1) + " of " + std::to_string(iters));
+      progress.line.update(progress.label + ": " + eta.describe());
       const auto start = std::chrono::steady_clock::now();
-      enqueue_call();
-      timing.seconds.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const auto running = [start] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      };
+      {
+        const Ticker ticker(progress.line,
+                            [&] { return progress.label + ": " + eta.describe(running()); });
+        enqueue_call();
+      }
+      timing.seconds.push_back(running());
+      eta.call_done(timing.seconds.back());
     }
     return timing;
   }

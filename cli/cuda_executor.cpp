@@ -165,8 +165,9 @@ class CudaExecutor final : public Executor {
   }
 
   CallTiming time_calls(const std::function<void()>& enqueue_call, int iters,
-                        const ProgressFn& progress) override {
-    progress("warm-up and " + std::to_string(iters) + " timed repetitions");
+                        const CallsProgress& progress) override {
+    progress.line.update(progress.label + ": warm-up and " + std::to_string(iters) +
+                         " timed repetitions");
     for (int i = 0; i < kWarmupCalls; ++i) enqueue_call();
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 

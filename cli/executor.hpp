@@ -11,6 +11,7 @@
 
 #include "mqa_logits/mqa_logits.hpp"
 #include "mqa_logits/tensor.hpp"
+#include "progress.hpp"
 #include "support/workload.hpp"
 
 namespace mqa_logits::cli {
@@ -26,8 +27,15 @@ struct CallTiming {
   std::string method;           // how the samples were taken
 };
 
-// Receives a description of the step that starts, e.g. "call 2 of 3".
-using ProgressFn = std::function<void(const std::string& step)>;
+// Where time_calls reports its steps: `label` (the operation) starts each line, and
+// `estimated_seconds` (one call's time, from a call on a slice of the rows; unset when not
+// measured) lets an executor that runs the calls one at a time say how long is left before the
+// first call ends.
+struct CallsProgress {
+  Progress& line;
+  std::string label;
+  std::optional<double> estimated_seconds;
+};
 
 class Executor {
  public:
@@ -47,7 +55,7 @@ class Executor {
   // Times `enqueue_call` (one library call on stream()): `iters` samples of the time per call,
   // after a warm-up where the device needs one.
   virtual CallTiming time_calls(const std::function<void()>& enqueue_call, int iters,
-                                const ProgressFn& progress) = 0;
+                                const CallsProgress& progress) = 0;
   virtual int default_iters() const = 0;
   // Rates of the hardware; none on the CPU.
   virtual std::optional<DeviceRates> measure_rates() = 0;

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -31,8 +33,8 @@ struct Options {
   support::WindowKind windows = support::WindowKind::kCausal;
   std::vector<std::int64_t> request_lengths;  // --requests: packed windows, S = T = their sum
   std::int64_t sliding_window = 0;            // --window: keys per sliding window
-  std::int64_t max_seqlen_k = 0;  // > 0: compressed output [S, max_seqlen_k]
-  bool schedule = true;           // --no-schedule: call without schedule metadata
+  std::int64_t max_seqlen_k = 0;              // > 0: compressed output [S, max_seqlen_k]
+  bool schedule = true;                       // --no-schedule: call without schedule metadata
 
   // Decode
   std::int64_t batch = 64;
@@ -43,18 +45,32 @@ struct Options {
   std::optional<int> iters;  // unset: a default per device
   std::int64_t verify_rows = 32;
   std::uint64_t seed = 1;
-  std::string json_path;  // empty: no JSON file
+  std::string json_path;  // empty: no JSON; "-": the JSON on stdout, the report on stderr
   bool help = false;
+  bool operation_given = false;  // with help: the help of that operation only
+
+  // Every option on the command line, as typed ("--heads" -> "7"; switches -> ""), so that an
+  // error can quote what the user wrote.
+  std::map<std::string, std::string, std::less<>> given;
+
+  bool json_to_stdout() const { return json_path == "-"; }
 };
 
-// A malformed command line; main() prints it with the usage and exits with status 2.
+// A malformed or unusable command line; main() prints it and exits with status 2.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// Throws UsageError on anything it does not understand.
+// Throws UsageError on anything it does not understand, and on an option of the other operation.
+// Values the library judges (heads, head dim, next_n, ...) are checked by check_with_library()
+// in preflight.hpp, not here.
 Options parse_options(int argc, const char* const* argv);
-std::string usage_text();
+
+// The help: of one operation (its options and the common ones) or, without one, of both.
+std::string usage_text(std::optional<Operation> operation = std::nullopt);
+
+// "--heads 7", "--bf16": the option as the command line gave it (its name alone when not given).
+std::string quote_option(const Options& options, std::string_view flag);
 
 }  // namespace mqa_logits::cli

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -19,19 +20,8 @@ std::string format_seconds(double seconds) {
   return format_string("%.3g us", seconds * 1e6);
 }
 
-std::string describe_check(const Check& check) {
-  const auto& r = check.result;
-  std::string line = format_string(
-      "%lld rows (%lld elements), float64 formula on the %s inputs: diff %.2e %s %.0e  %s",
-      static_cast<long long>(r.rows_checked), static_cast<long long>(r.elements_checked),
-      support::operands_name(check.operands), r.diff,
-      r.diff < check.tolerance ? "<" : ">=", check.tolerance, r.ok ? "OK" : "FAILED");
-  if (!r.ok) line += "\n              " + r.first_failure;
-  return line;
-}
-
-void print_row(std::string_view label, const std::string& text) {
-  std::printf("  %-10.*s  %s\n", static_cast<int>(label.size()), label.data(), text.c_str());
+void print_row(std::FILE* out, std::string_view label, const std::string& text) {
+  std::fprintf(out, "  %-10.*s  %s\n", static_cast<int>(label.size()), label.data(), text.c_str());
 }
 
 // Minimal JSON writer for one flat object with one array of objects.
@@ -136,39 +126,98 @@ void write_shape(JsonWriter& json, const Options& o) {
   }
 }
 
+// Why a run that failed no check still passed none.
+std::string not_verified_reason(const RunResult& r) {
+  if (r.checks.empty()) return "NOT VERIFIED (--verify-rows 0): timing only";
+  const std::int64_t rows = r.checks.front().result.rows_checked;
+  if (rows == 0) return "NOT VERIFIED: the output has no rows";
+  return format_string("NOT VERIFIED: none of the %lld sampled rows has a key in its window",
+                       ll(rows));
+}
+
 }  // namespace
 
-void print_report(const Options& options, const RunResult& r) {
-  std::printf("mqa-logits %s\n", operation_name(options.operation));
-  print_row("problem", r.shape);
-  print_row("device", r.executor);
-  print_row("pairs", format_string("%lld in windows (output %lld x %lld)", ll(r.pairs), ll(r.rows),
-                                   ll(r.cols)));
+std::string describe_check(const Check& check) {
+  const auto& r = check.result;
+  std::string line = format_string("%lld rows (%lld elements), float64 formula on the %s inputs: ",
+                                   static_cast<long long>(r.rows_checked),
+                                   static_cast<long long>(r.elements_checked),
+                                   support::operands_name(check.operands));
+  const bool below = r.diff < check.tolerance;  // false for NaN
+  if (r.ok && r.elements_checked == 0) return line + "no in-window element to compare";
+  line += format_string("diff %s %s %.0e", format_diff(r.diff, check.tolerance).c_str(),
+                        below ? "<" : ">=", check.tolerance);
+  if (r.ok) return line + "  OK";
+  // Below the bound yet failed: a non-finite element or a column outside the window that is not
+  // -inf, which first_failure names.
+  line += below ? ", but FAILED" : "  FAILED";
+  return line + "\n              " + r.first_failure;
+}
+
+std::string format_diff(double diff, double bound) {
+  constexpr int kMaxDigits = 17;  // round-trips every double
+  for (int digits = 2;; ++digits) {
+    std::string text = format_string("%.*e", digits, diff);
+    const bool shown_below = std::strtod(text.c_str(), nullptr) < bound;
+    if (shown_below == (diff < bound) || digits == kMaxDigits) return text;
+  }
+}
+
+const char* verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kPassed:
+      return "pass";
+    case Verdict::kFailed:
+      return "fail";
+    case Verdict::kNotVerified:
+      return "not verified";
+  }
+  return "?";
+}
+
+void print_report(std::FILE* out, const Options& options, const RunResult& r) {
+  std::fprintf(out, "mqa-logits %s\n", operation_name(options.operation));
+  const auto row = [out](std::string_view label, const std::string& text) {
+    print_row(out, label, text);
+  };
+  row("problem", r.shape);
+  row("device", r.executor);
+  row("pairs",
+      format_string("%lld in windows (output %lld x %lld)", ll(r.pairs), ll(r.rows), ll(r.cols)));
   std::string time = format_seconds(r.seconds_per_call) + " per call (";
   time += r.iters > 1 ? format_string("median of %d, min %s; ", r.iters,
                                       format_seconds(r.min_seconds_per_call).c_str())
                       : std::string("one call; ");
-  print_row("time", time + r.timing_method + ")");
+  row("time", time + r.timing_method + ")");
   std::string rate = format_string("%.3g pairs/s", r.pairs_per_second());
   if (r.rates) rate += format_string(", %.1f TFLOPS", r.flops_per_second() * 1e-12);
-  print_row("rate", rate);
+  row("rate", rate);
   if (const auto fraction = r.roofline_fraction()) {
-    print_row("roofline",
-              format_string("%.1f%% (floor %s per call: FP8 peak %.0f TFLOPS nominal, copy "
-                            "bandwidth %.2f TB/s measured, %.3g MB moved)",
-                            *fraction * 100.0, format_seconds(*r.floor_seconds()).c_str(),
-                            r.rates->peak_flops * 1e-12, r.rates->copy_bandwidth * 1e-12,
-                            r.bytes * 1e-6));
+    row("roofline", format_string("%.1f%% (floor %s per call: FP8 peak %.0f TFLOPS nominal, copy "
+                                  "bandwidth %.2f TB/s measured, %.3g MB moved)",
+                                  *fraction * 100.0, format_seconds(*r.floor_seconds()).c_str(),
+                                  r.rates->peak_flops * 1e-12, r.rates->copy_bandwidth * 1e-12,
+                                  r.bytes * 1e-6));
   }
   if (r.checks.empty()) {
-    print_row("verify", "skipped (--verify-rows 0)");
+    row("verify", "skipped (--verify-rows 0)");
   } else {
     for (std::size_t i = 0; i < r.checks.size(); ++i) {
-      print_row(i == 0 ? "verify" : "", describe_check(r.checks[i]));
+      row(i == 0 ? "verify" : "", describe_check(r.checks[i]));
     }
   }
-  print_row("result", r.verified() ? "PASS" : "FAIL: the output does not match the formula");
-  std::fflush(stdout);
+  switch (r.verdict()) {
+    case Verdict::kPassed:
+      row("result", "PASS");
+      break;
+    case Verdict::kFailed:
+      row("result", "FAIL: the output does not match the formula");
+      break;
+    case Verdict::kNotVerified:
+      row("result", not_verified_reason(r));
+      break;
+  }
+  std::fflush(out);
 }
 
 void write_json(const std::string& path, const Options& options, const RunResult& r) {
@@ -212,9 +261,17 @@ void write_json(const std::string& path, const Options& options, const RunResult
     json.end('}');
   }
   json.end(']');
-  json.key("verified").value(r.verified());
+  json.key("verified").value(r.verdict() == Verdict::kPassed);
+  json.key("result").value(verdict_name(r.verdict()));
   json.end('}');
 
+  if (path == "-") {
+    const std::string text = json.str();
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
+      throw std::runtime_error("cannot write the JSON results to stdout");
+    }
+    return;
+  }
   std::ofstream file(path);
   file << json.str();
   file.close();

@@ -1,6 +1,7 @@
 #include "run.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -9,9 +10,6 @@
 
 namespace mqa_logits::cli {
 namespace {
-
-// Decode contexts are uniform in [(1 - j) L, (1 + j) L]: sequences of a batch differ in length.
-constexpr double kContextJitter = 0.5;
 
 DType value_dtype(const Options& options) {
   return options.bf16 ? DType::kBFloat16 : DType::kFloat32;
@@ -139,12 +137,12 @@ void call(const support::PagedWorkload& w, const support::PagedInputs& in, const
                    w.max_context_len, logits, options);
 }
 
-// In-window elements of every output row.
-std::int64_t count_pairs(const support::PrefillWorkload& w) {
+// In-window elements of output rows [first, end).
+std::int64_t count_pairs(const support::PrefillWorkload& w, std::int64_t first, std::int64_t end) {
   const auto starts = w.k_start();
   const auto ends = w.k_end();
   std::int64_t pairs = 0;
-  for (std::size_t i = 0; i < starts.size(); ++i) {
+  for (std::int64_t i = first; i < end; ++i) {
     const std::int64_t lo = std::max<std::int64_t>(starts[i], 0);
     const std::int64_t hi = std::min<std::int64_t>(ends[i], w.spec.seq_len_kv);
     pairs += std::max<std::int64_t>(hi - lo, 0);
@@ -156,9 +154,9 @@ std::int64_t row_length(const support::PagedWorkload& w, std::int64_t row) {
   return std::clamp<std::int64_t>(w.context_length(row), 0, w.max_context_len);
 }
 
-std::int64_t count_pairs(const support::PagedWorkload& w) {
+std::int64_t count_pairs(const support::PagedWorkload& w, std::int64_t first, std::int64_t end) {
   std::int64_t pairs = 0;
-  for (std::int64_t r = 0; r < w.num_rows; ++r) pairs += row_length(w, r);
+  for (std::int64_t r = first; r < end; ++r) pairs += row_length(w, r);
   return pairs;
 }
 
@@ -186,6 +184,83 @@ std::int64_t input_bytes(const support::PagedWorkload& w) {
   const auto cache_bytes =
       static_cast<std::int64_t>(w.buffers[support::PagedWorkload::kKvCache].bytes.size());
   return total_bytes(w.buffers) - cache_bytes + key_bytes;
+}
+
+// ---- an estimate of one call's time, for the progress line (CPU) -----------------------------
+
+// Less work than this ends within seconds on a CPU: the first call's own time will do.
+constexpr double kEstimateAboveFlops = 1e10;
+// The slice timed for the estimate: this fraction of the rows, or one per worker if more.
+constexpr std::int64_t kSliceFraction = 32;
+
+// Entries [first, first + count) of dim 0 of a view.
+TensorView leading(TensorView view, std::int64_t first, std::int64_t count) {
+  view.data = static_cast<std::byte*>(view.data) +
+              first * view.strides[0] * static_cast<std::int64_t>(dtype_size(view.dtype));
+  view.shape[0] = count;
+  return view;
+}
+
+// A call's rows come in units that can be cut apart: prefill query rows, decode sequences (of
+// next_n rows each, sharing a block-table row and a context length).
+std::int64_t units(const support::PrefillWorkload& w) { return w.spec.seq_len; }
+std::int64_t units(const support::PagedWorkload& w) { return w.spec.batch; }
+std::int64_t rows_per_unit(const support::PrefillWorkload&) { return 1; }
+std::int64_t rows_per_unit(const support::PagedWorkload& w) { return w.spec.next_n; }
+const char* unit_name(const support::PrefillWorkload&) { return "query rows"; }
+const char* unit_name(const support::PagedWorkload&) { return "sequences"; }
+
+// The inputs of units [first, first + count): a call on them is a valid call of its own.
+support::PrefillInputs slice(const support::PrefillInputs& in, std::int64_t first,
+                             std::int64_t count) {
+  support::PrefillInputs part = in;
+  part.q.values = leading(in.q.values, first, count);
+  if (in.q.scales) part.q.scales = leading(*in.q.scales, first, count);
+  part.weights = leading(in.weights, first, count);
+  part.k_start = leading(in.k_start, first, count);
+  part.k_end = leading(in.k_end, first, count);
+  return part;
+}
+
+support::PagedInputs slice(const support::PagedInputs& in, std::int64_t first, std::int64_t count) {
+  const std::int64_t next_n = in.q.values.shape[1];
+  support::PagedInputs part = in;
+  part.q.values = leading(in.q.values, first, count);
+  if (in.q.scales) part.q.scales = leading(*in.q.scales, first, count);
+  part.weights = leading(in.weights, first * next_n, count * next_n);
+  part.context_lens = leading(in.context_lens, first, count);
+  part.block_table = leading(in.block_table, first, count);
+  return part;
+}
+
+// Times one call on a slice from the middle of the rows (causal windows grow along the rows)
+// and scales it by the in-window pairs: the CPU backend's time follows them. No estimate on a
+// GPU (calls take microseconds) or for a problem that ends soon anyway.
+template <typename Workload, typename Inputs>
+std::optional<double> estimate_call_seconds(const Workload& w, const Inputs& in,
+                                            const TensorView& logits, const RunResult& result,
+                                            const Options& options, Executor& executor,
+                                            Progress& progress) {
+  if (executor.device().type != DeviceType::kCPU || result.flops < kEstimateAboveFlops) {
+    return std::nullopt;
+  }
+  const std::int64_t total = units(w);
+  const std::int64_t count = std::max<std::int64_t>(total / kSliceFraction, get_num_sms());
+  if (2 * count > total) return std::nullopt;  // as dear as the call itself
+  const std::int64_t first = (total - count) / 2;
+  const std::int64_t rows = rows_per_unit(w);
+  const std::int64_t pairs = count_pairs(w, first * rows, (first + count) * rows);
+  if (pairs == 0) return std::nullopt;
+  progress.update(format_string("%s: timing %lld of %lld %s to estimate the time per call",
+                                operation_name(options.operation), static_cast<long long>(count),
+                                static_cast<long long>(total), unit_name(w)));
+  const Inputs part = slice(in, first, count);
+  const auto meta = schedule_metadata(w, part, executor, options);
+  const auto start = std::chrono::steady_clock::now();
+  call(w, part, meta, leading(logits, first * rows, count * rows), executor.stream());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return seconds * static_cast<double>(result.pairs) / static_cast<double>(pairs);
 }
 
 // ---- the shared flow ----------------------------------------------------------------------------
@@ -218,7 +293,7 @@ RunResult run_workload(const Workload& workload, const Options& options, Executo
   result.executor = executor.description();
   result.rows = workload.layout.rows;
   result.cols = workload.layout.cols;
-  result.pairs = count_pairs(workload);
+  result.pairs = count_pairs(workload, 0, result.rows);
   result.flops = 2.0 * workload.spec.num_heads * workload.spec.head_dim * result.pairs;
   const std::int64_t written = options.clean_logits ? result.rows * result.cols : result.pairs;
   result.bytes = static_cast<double>(input_bytes(workload)) +
@@ -233,11 +308,12 @@ RunResult run_workload(const Workload& workload, const Options& options, Executo
   const TensorView logits_view = workload.logits_view(logits, executor.device());
 
   result.iters = options.iters.value_or(executor.default_iters());
-  const CallTiming timing = executor.time_calls(
-      [&] { call(workload, inputs, meta, logits_view, executor.stream()); }, result.iters,
-      [&](const std::string& step) {
-        progress.update(std::string(operation_name(options.operation)) + ": " + step);
-      });
+  const CallsProgress calls_progress{
+      progress, operation_name(options.operation),
+      estimate_call_seconds(workload, inputs, logits_view, result, options, executor, progress)};
+  const CallTiming timing =
+      executor.time_calls([&] { call(workload, inputs, meta, logits_view, executor.stream()); },
+                          result.iters, calls_progress);
   result.timing_method = timing.method;
   std::vector<double> seconds = timing.seconds;
   std::sort(seconds.begin(), seconds.end());
@@ -259,10 +335,26 @@ RunResult generate_and_run(const MakeWorkload& make_workload, const Options& opt
   return run_workload(make_workload(), options, executor, progress);
 }
 
+// The call of run_workload, once, with no timing or verification: see probe_call().
+template <typename Workload>
+void call_once(const Workload& workload, const Options& options, Executor& executor) {
+  const std::vector<void*> pointers = executor.place(workload.buffers);
+  const auto inputs = workload.inputs(pointers, executor.device());
+  const auto meta = schedule_metadata(workload, inputs, executor, options);
+  void* logits = executor.allocate_poisoned(workload.logits_bytes());
+  call(workload, inputs, meta, workload.logits_view(logits, executor.device()), executor.stream());
+}
+
 }  // namespace
 
-bool RunResult::verified() const {
-  return std::all_of(checks.begin(), checks.end(), [](const Check& c) { return c.result.ok; });
+Verdict RunResult::verdict() const {
+  const auto failed = [](const Check& c) { return !c.result.ok; };
+  const auto compared = [](const Check& c) { return c.result.elements_checked > 0; };
+  if (std::any_of(checks.begin(), checks.end(), failed)) return Verdict::kFailed;
+  if (checks.empty() || !std::all_of(checks.begin(), checks.end(), compared)) {
+    return Verdict::kNotVerified;
+  }
+  return Verdict::kPassed;
 }
 
 std::optional<double> RunResult::floor_seconds() const {
@@ -283,6 +375,24 @@ RunResult run_case(const Options& options, Executor& executor, Progress& progres
   }
   return generate_and_run([&] { return support::make_paged_workload(paged_spec(options)); },
                           options, executor, progress);
+}
+
+void probe_call(const Options& options, Executor& executor) {
+  if (options.operation == Operation::kPrefill) {
+    support::PrefillSpec spec = prefill_spec(options);
+    spec.seq_len = spec.seq_len_kv = 1;
+    spec.windows = support::WindowKind::kCausal;
+    spec.request_lengths.clear();
+    spec.sliding_window = 0;
+    spec.max_seqlen_k = std::min<std::int64_t>(spec.max_seqlen_k, 1);
+    call_once(support::make_prefill_workload(spec), options, executor);
+    return;
+  }
+  support::PagedSpec spec = paged_spec(options);
+  spec.batch = 1;
+  spec.avg_context = spec.next_n;  // every row of the sequence then has a key
+  spec.context_jitter = 0.0;
+  call_once(support::make_paged_workload(spec), options, executor);
 }
 
 }  // namespace mqa_logits::cli

@@ -13,11 +13,19 @@
 
 namespace mqa_logits::cli {
 
+// Decode contexts are uniform in [(1 - j) L, (1 + j) L]: sequences of a batch differ in length.
+inline constexpr double kContextJitter = 0.5;
+
 struct Check {
   support::Operands operands;
   double tolerance = 0.0;
   support::VerifyResult result;
 };
+
+// What a run showed: every check passed and compared at least one in-window element; a check
+// failed; or nothing was compared (--verify-rows 0, or no sampled row has a key in its window),
+// which is not a pass.
+enum class Verdict : std::uint8_t { kPassed, kFailed, kNotVerified };
 
 struct RunResult {
   std::string shape;     // human-readable problem description
@@ -34,7 +42,7 @@ struct RunResult {
   std::optional<DeviceRates> rates;
   std::vector<Check> checks;  // empty when no rows were verified
 
-  bool verified() const;
+  Verdict verdict() const;
   double pairs_per_second() const { return pairs / seconds_per_call; }
   double flops_per_second() const { return flops / seconds_per_call; }
   // The roofline's lower bound on the time per call, and the measured time's fraction of it.
@@ -43,5 +51,11 @@ struct RunResult {
 };
 
 RunResult run_case(const Options& options, Executor& executor, Progress& progress);
+
+// One call with the options' format, heads, head dim, dtypes, flags, next_n and block_kv on a
+// problem of one query token and one key (decode: one sequence of next_n tokens), through the
+// same path as run_case: what the library or the executor's device refuses is refused in
+// milliseconds, before the real inputs are made. Throws what the library throws.
+void probe_call(const Options& options, Executor& executor);
 
 }  // namespace mqa_logits::cli
