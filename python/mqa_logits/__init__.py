@@ -21,11 +21,20 @@ numpy, which has no float8 or bfloat16 type, passes FP8 as uint8 e4m3 codes. MXF
 bfloat16 weights and bfloat16 logits need ml_dtypes arrays (``ml_dtypes.float8_e4m3fn``,
 ``ml_dtypes.bfloat16``), or torch.
 
-Errors: a wrong type or dtype raises TypeError; any other invalid input raises ValueError with
-the library's message, which names the argument, what was expected and what was given.
+numpy helpers prepare the inputs: ``quantize_fp8``, ``quantize_mxfp8`` and ``quantize_mxfp4``
+return ``(values, scales)`` pairs in the formats above, and ``write_paged_kv_cache`` stores a
+sequence's keys in the fused paged KV cache that the decode functions read.
+
+Empty calls (no query, no key, no sequence, rows with no context) return empty logits, or rows
+of -inf with clean_logits, on every device.
+
+Errors: a wrong type or dtype raises TypeError; any other invalid input raises ValueError. The
+message names the argument as the Python function spells it (the scales of a ``(values,
+scales)`` pair as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
 """
 
 from ._api import (
+    cuda_backend_available,
     fp8_fp4_mqa_logits,
     fp8_fp4_paged_mqa_logits,
     fp8_mqa_logits,
@@ -35,8 +44,8 @@ from ._api import (
     get_paged_mqa_logits_metadata,
     set_num_sms,
 )
+from ._quantize import quantize_fp8, quantize_mxfp4, quantize_mxfp8, write_paged_kv_cache
 from . import _C
-from ._C import cuda_backend_available
 
 __version__: str = _C.__version__
 
@@ -50,5 +59,9 @@ __all__ = [
     "get_paged_mqa_logits_metadata",
     "set_num_sms",
     "cuda_backend_available",
+    "quantize_fp8",
+    "quantize_mxfp8",
+    "quantize_mxfp4",
+    "write_paged_kv_cache",
     "__version__",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from . import _C
 from ._C import DType
@@ -22,6 +22,7 @@ from ._arrays import (
     pair_of,
     place_of,
 )
+from ._errors import Vocabulary, in_callers_words
 
 __all__ = [
     "fp8_fp4_mqa_logits",
@@ -32,10 +33,32 @@ __all__ = [
     "fp8_paged_mqa_logits",
     "get_num_sms",
     "set_num_sms",
+    "cuda_backend_available",
 ]
 
 # `Tensor` in the signatures: a torch.Tensor, or a numpy.ndarray on the CPU path.
 Tensor = Any
+
+# How each function words the library's messages (see _errors.py): the C++ API names the windows
+# k_start / k_end, the key count seq_len_kv and the output logits; the output's dtype is the
+# caller's logits_dtype where the function has one.
+_WINDOWS = {"k_start": "cu_seq_len_k_start", "k_end": "cu_seq_len_k_end"}
+_PREFILL_ARGUMENTS = {**_WINDOWS, "seq_len_kv": "kv", "seq_len": "q"}
+_PREFILL_TERMS = {**_WINDOWS, "seq_len_kv": "T (dim 0)", "seq_len": "S (dim 0)"}
+_PAGED_ARGUMENTS = {"num_rows": "q"}
+_PAGED_TERMS = {"num_rows": "B * N"}
+_OUTPUT = "logits (the output)"  # never refused for a caller's input when logits are float32
+
+_PREFILL_WORDS = Vocabulary({**_PREFILL_ARGUMENTS, "logits": "logits_dtype"}, _PREFILL_TERMS)
+_FP8_PREFILL_WORDS = Vocabulary({**_PREFILL_ARGUMENTS, "logits": _OUTPUT}, _PREFILL_TERMS)
+_PAGED_WORDS = Vocabulary({**_PAGED_ARGUMENTS, "logits": "logits_dtype"}, _PAGED_TERMS)
+_FP8_PAGED_WORDS = Vocabulary({**_PAGED_ARGUMENTS, "logits": _OUTPUT}, _PAGED_TERMS)
+_PREFILL_METADATA_WORDS = Vocabulary({**_WINDOWS, "seq_len_kv": "num_kv_tokens"},
+                                     {**_WINDOWS, "seq_len_kv": "num_kv_tokens"})
+_PAGED_METADATA_WORDS = Vocabulary({}, {})
+_SET_NUM_SMS_WORDS = Vocabulary({"num_sms": "new_num_sms"}, {"num_sms": "new_num_sms"})
+
+_FP8_WEIGHTS = (DType.float32,)
 
 
 def fp8_fp4_mqa_logits(
@@ -49,56 +72,81 @@ def fp8_fp4_mqa_logits(
     logits_dtype: Any = DEFAULT_LOGITS_DTYPE,
     schedule_meta: Optional[Tensor] = None,
 ) -> Tensor:
-    """Prefill indexer logits: queries against one contiguous key sequence.
+    """Prefill indexer logits (FP8, MXFP8 or MXFP4): queries against one contiguous key sequence.
 
     ``logits[i, j] = sum_h weights[i, h] * relu(s(i, h, j))`` for the keys ``j`` of row ``i``'s
     window ``max(start[i], 0) <= j < min(end[i], T)``, where ``s`` is the scaled dot product of
-    query head ``h`` with key ``j``.
+    query ``i``'s head ``h`` with key ``j`` (SPEC "Number formats"). The format follows from the
+    dtypes: float8_e4m3fn values with no query scales and float32 key scales are FP8;
+    float8_e4m3fn values with int32 scales MXFP8; int8/uint8 values with int32 scales MXFP4
+    (two e2m1 per byte, low nibble first). numpy passes FP8 values as uint8 e4m3 codes.
 
     Args:
         q: ``[S, H, D]`` float8_e4m3fn (FP8, MXFP8) or ``[S, H, D/2]`` int8/uint8 (MXFP4), or a
-            ``(values, scales)`` pair: scales ``None`` (FP8) or int32 ``[S, H]`` packed UE8M0 (MX).
+            ``(values, scales)`` pair: scales ``None`` (FP8) or int32 ``[S, H]`` packed UE8M0
+            (MX). H in {8, 16, 32, 64}; D in {32, 64, 128} (MXFP4: {64, 128}). Contiguous.
         kv: ``(values, scales)``: values ``[T, D]`` float8_e4m3fn or ``[T, D/2]`` int8/uint8
-            (MXFP4); scales ``[T]`` float32 (FP8) or int32 packed UE8M0 (MX).
-        weights: ``[S, H]`` float32 or bfloat16 (bfloat16 needs bfloat16 logits).
-        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window.
-        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window.
-        clean_logits: every element outside a window is exactly ``-inf``; when False those
-            elements are unspecified.
-        max_seqlen_k: 0, or the width of a compressed ``[S, max_seqlen_k]`` output whose element
-            ``[i, c]`` is the logit of key ``start[i] + c``.
-        logits_dtype: float32 or bfloat16 (a torch dtype, a numpy dtype or its name).
-        schedule_meta: optional result of :func:`get_mqa_logits_metadata` for these windows;
-            the output is bitwise identical without it. Without it the CUDA kernel computes the
+            (MXFP4); scales ``[T]`` float32 (FP8: one per key token) or int32 packed UE8M0
+            (MX). Contiguous.
+        weights: ``[S, H]`` float32 or bfloat16 (bfloat16 needs bfloat16 logits); last dim
+            contiguous.
+        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
+        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
+            T); an empty or inverted window is an empty row.
+        clean_logits: when True, every element outside a window is exactly ``-inf``; when False
+            those elements are unspecified. Default True.
+        max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
+            output whose element ``[i, c]`` is the logit of key ``start[i] + c`` (window
+            columns past the width are dropped). Default 0.
+        logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
+            ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
+            (``numpy.float32`` without torch).
+        schedule_meta: None, or :func:`get_mqa_logits_metadata` of these windows, T and H: the
+            output is bitwise identical without it. Without it the CUDA kernel computes the
             same split itself at the start of each call (~2-4 us); with it that is done once
-            for the calls that share the windows.
+            for the calls that share the windows. Default None.
 
     Returns:
-        ``[S, T]`` (or ``[S, max_seqlen_k]``) logits on q's device, allocated with q's framework:
-        a view of rows padded to a multiple of 1024 bytes.
+        The logits, ``[S, T]`` (or ``[S, max_seqlen_k]``) of logits_dtype, on q's device and of
+        q's framework (torch tensor or numpy array): a view of rows padded to a multiple of
+        1024 bytes, as DeepGEMM returns them. Empty calls work on every device and format:
+        ``S = 0`` gives ``[0, T]`` logits, ``T = 0`` gives ``[S, 0]`` (or, compressed,
+        ``[S, max_seqlen_k]`` of ``-inf`` when clean_logits), and a row whose window holds no
+        key is all ``-inf`` when clean_logits.
 
     Raises:
-        TypeError: an argument of the wrong type or dtype.
-        ValueError: any other invalid input (shape, stride, device, unsupported H or D, ...).
-    """
-    q_operand = operand("q", q, Q_SCALES)
-    kv_operand = operand("kv", kv, KV_SCALES)
-    weights_array = adapt("weights", weights, WEIGHTS)
-    start = adapt("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
-    end = adapt("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
-    meta = adapt_optional("schedule_meta", schedule_meta, INT32)
-    clean = as_bool("clean_logits", clean_logits)
-    width = as_int("max_seqlen_k", max_seqlen_k)
-    dtype = logits_dtype_of(logits_dtype)
+        TypeError: an argument of the wrong type or dtype, e.g. ``"cu_seq_len_k_start:
+            expected dtype int32, got int64"``.
+        ValueError: any other invalid input (shape, stride, alignment, device, unsupported H
+            or D, metadata of the wrong size), e.g. ``"cu_seq_len_k_end: expected shape [S] =
+            [4], got [3]"`` or ``"kv: pass (values, scales): expected float32 per-token scales
+            (q is FP8), got none"``. Messages name the argument as this function spells it
+            (the scales of a pair as ``"kv: scales (kv[1])"``), then what was expected and
+            what was given. Nothing is launched or written on refusal.
 
-    place = place_of(q_operand.values)
-    layout = _C.mqa_logits_output_layout(
-        q_operand.values.leading_size(1), kv_operand.values.leading_size(1), width, dtype)
-    logits = place.logits(layout, dtype)
-    with place.active():
-        _C.mqa_logits(q_operand.pair(), kv_operand.pair(), weights_array.pair(), start.pair(),
-                      end.pair(), logits.pair(), clean, width, pair_of(meta), place.stream())
-    return logits.user
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> rng = np.random.default_rng(0)
+        >>> S, T, H, D = 4, 6, 8, 64
+        >>> q, q_scales = deep_gemm.quantize_fp8(rng.standard_normal((S, H * D)))
+        >>> kv = deep_gemm.quantize_fp8(rng.standard_normal((T, D)))   # (values, scales)
+        >>> weights = (rng.standard_normal((S, H)) * q_scales[:, None]).astype(np.float32)
+        >>> starts = np.zeros(S, np.int32)
+        >>> ends = np.arange(T - S + 1, T + 1, dtype=np.int32)          # causal windows
+        >>> logits = deep_gemm.fp8_fp4_mqa_logits(q.reshape(S, H, D), kv, weights, starts, ends)
+        >>> logits.shape, logits.dtype
+        ((4, 6), dtype('float32'))
+        >>> bool(np.isneginf(logits[0, 3:]).all()), bool(np.isfinite(logits[3]).all())
+        (True, True)
+        >>> q4 = deep_gemm.quantize_mxfp4(rng.standard_normal((S, H, D)))   # MXFP4 pairs
+        >>> kv4 = deep_gemm.quantize_mxfp4(rng.standard_normal((T, D)))
+        >>> deep_gemm.fp8_fp4_mqa_logits(q4, kv4, weights, starts, ends, max_seqlen_k=2).shape
+        (4, 2)
+    """
+    return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                    max_seqlen_k, logits_dtype_of(logits_dtype), schedule_meta, WEIGHTS, "",
+                    _PREFILL_WORDS)
 
 
 def fp8_mqa_logits(
@@ -110,10 +158,88 @@ def fp8_mqa_logits(
     clean_logits: bool = True,
     max_seqlen_k: int = 0,
 ) -> Tensor:
-    """FP8 prefill logits, float32: :func:`fp8_fp4_mqa_logits` with q a float8_e4m3fn tensor
-    ``[S, H, D]`` and kv ``(values [T, D] float8_e4m3fn, scales [T] float32)``."""
-    return fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-                              clean_logits, max_seqlen_k, "float32")
+    """FP8 prefill indexer logits, float32: queries against one contiguous key sequence.
+
+    With ``(k, scale) = kv``, ``logits[i, j] = sum_h weights[i, h] * relu(scale[j] * (q[i, h] .
+    k[j]))`` for the keys ``j`` of row ``i``'s window ``max(start[i], 0) <= j < min(end[i],
+    T)``. FP8 queries carry no scale: fold a per-token query scale into the weights. This is
+    :func:`fp8_fp4_mqa_logits` with float32 logits; like it, it also takes MXFP8 and MXFP4
+    operands.
+
+    Args:
+        q: ``[S, H, D]`` float8_e4m3fn (numpy: uint8 e4m3 codes), or ``(values, None)``. H in
+            {8, 16, 32, 64}, D in {32, 64, 128}. Contiguous.
+        kv: ``(values, scales)``: values ``[T, D]`` float8_e4m3fn (numpy: uint8 codes), scales
+            ``[T]`` float32, one per key token. Contiguous.
+        weights: ``[S, H]`` float32 (bfloat16 weights need bfloat16 logits:
+            :func:`fp8_fp4_mqa_logits`); last dim contiguous.
+        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
+        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
+            T); an empty or inverted window is an empty row.
+        clean_logits: when True, every element outside a window is exactly ``-inf``; when False
+            those elements are unspecified. Default True.
+        max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
+            output whose element ``[i, c]`` is the logit of key ``start[i] + c``. Default 0.
+
+    Returns:
+        float32 logits ``[S, T]`` (or ``[S, max_seqlen_k]``) on q's device and of q's framework:
+        a view of rows padded to a multiple of 1024 bytes. ``S = 0`` gives ``[0, T]``, ``T = 0``
+        gives ``[S, 0]`` (compressed: ``[S, max_seqlen_k]`` of ``-inf`` when clean_logits), and a
+        row whose window holds no key is all ``-inf`` when clean_logits.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"weights: expected dtype
+            float32 (fp8_mqa_logits returns float32 logits), got bfloat16"``.
+        ValueError: any other invalid input (shape, stride, alignment, device, unsupported H
+            or D), e.g. ``"q: expected heads (dim 1) in {8, 16, 32, 64}, got 12"``. Messages
+            name the argument as this function spells it. Nothing is launched or written on
+            refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> rng = np.random.default_rng(0)
+        >>> S, T, H, D = 4, 6, 8, 64
+        >>> q, q_scales = deep_gemm.quantize_fp8(rng.standard_normal((S, H * D)))
+        >>> k_fp8, k_scales = deep_gemm.quantize_fp8(rng.standard_normal((T, D)))
+        >>> weights = (rng.standard_normal((S, H)) * q_scales[:, None]).astype(np.float32)
+        >>> starts = np.zeros(S, np.int32)
+        >>> ends = np.arange(T - S + 1, T + 1, dtype=np.int32)          # causal windows
+        >>> logits = deep_gemm.fp8_mqa_logits(q.reshape(S, H, D), (k_fp8, k_scales), weights,
+        ...                                   starts, ends)
+        >>> logits.shape, logits.dtype
+        ((4, 6), dtype('float32'))
+        >>> bool(np.isneginf(logits[0, 3:]).all())
+        True
+    """
+    return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                    max_seqlen_k, DType.float32, None, _FP8_WEIGHTS,
+                    "fp8_mqa_logits returns float32 logits", _FP8_PREFILL_WORDS)
+
+
+def _prefill(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
+             cu_seq_len_k_end: Tensor, clean_logits: Any, max_seqlen_k: Any, dtype: DType,
+             schedule_meta: Optional[Tensor], weights_accepted: Sequence[DType],
+             weights_reason: str, words: Vocabulary) -> Tensor:
+    q_operand = operand("q", q, Q_SCALES)
+    kv_operand = operand("kv", kv, KV_SCALES)
+    weights_array = adapt("weights", weights, weights_accepted, weights_reason)
+    start = adapt("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
+    end = adapt("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
+    meta = adapt_optional("schedule_meta", schedule_meta, INT32)
+    clean = as_bool("clean_logits", clean_logits)
+    width = as_int("max_seqlen_k", max_seqlen_k)
+
+    place = place_of(q_operand.values)
+    with in_callers_words(words):
+        layout = _C.mqa_logits_output_layout(
+            q_operand.values.leading_size(1), kv_operand.values.leading_size(1), width, dtype)
+        logits = place.logits(layout, dtype)
+        with place.active():
+            _C.mqa_logits(q_operand.pair(), kv_operand.pair(), weights_array.pair(),
+                          start.pair(), end.pair(), logits.pair(), clean, width, pair_of(meta),
+                          place.stream())
+    return logits.user
 
 
 def get_mqa_logits_metadata(
@@ -122,19 +248,51 @@ def get_mqa_logits_metadata(
     num_kv_tokens: int,
     num_heads: int,
 ) -> Tensor:
-    """Schedule metadata for :func:`fp8_fp4_mqa_logits` with these windows, ``num_kv_tokens``
-    keys and ``num_heads`` heads: int32 ``[get_num_sms() + 1, 2]`` on the windows' device."""
+    """Schedule metadata of the prefill logits for these windows (SPEC "Metadata").
+
+    An even split of the windows' work across :func:`get_num_sms` workers, computed once and
+    passed as ``schedule_meta`` to every :func:`fp8_fp4_mqa_logits` call with the same windows,
+    ``T`` and ``H`` (the layers of one forward pass). It changes no bit of the logits.
+
+    Args:
+        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window, as the logits call
+            gets it. Contiguous.
+        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window.
+        num_kv_tokens: T, the number of keys of the logits call (``>= 0``).
+        num_heads: H of the logits call: 8, 16, 32 or 64.
+
+    Returns:
+        int32 ``[get_num_sms() + 1, 2]`` on the windows' device and of their framework.
+        ``S = 0`` and ``num_kv_tokens = 0`` are valid (the split of no work).
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"num_kv_tokens: expected an
+            int, got float"``.
+        ValueError: any other invalid input, e.g. ``"num_heads: expected num_heads in {8, 16,
+            32, 64}, got 12"`` or ``"cu_seq_len_k_end: expected shape [S] (as
+            cu_seq_len_k_start) = [4], got [3]"``.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> starts = np.zeros(4, np.int32)
+        >>> ends = np.arange(3, 7, dtype=np.int32)
+        >>> meta = deep_gemm.get_mqa_logits_metadata(starts, ends, 6, 8)
+        >>> meta.shape == (deep_gemm.get_num_sms() + 1, 2), meta.dtype
+        (True, dtype('int32'))
+    """
     start = adapt("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
     end = adapt("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
     seq_len_kv = as_int("num_kv_tokens", num_kv_tokens)
     heads = as_int("num_heads", num_heads, bits=32)
 
     place = place_of(start)
-    rows = _C.schedule_meta_rows(_C.get_num_sms())
-    out = place.output("schedule_meta", (rows, 2), DType.int32)
-    with place.active():
-        _C.get_mqa_logits_metadata(start.pair(), end.pair(), seq_len_kv, heads, out.pair(),
-                                   place.stream())
+    with in_callers_words(_PREFILL_METADATA_WORDS):
+        rows = _C.schedule_meta_rows(_C.get_num_sms())
+        out = place.output("schedule_meta", (rows, 2), DType.int32)
+        with place.active():
+            _C.get_mqa_logits_metadata(start.pair(), end.pair(), seq_len_kv, heads, out.pair(),
+                                       place.stream())
     return out.user
 
 
@@ -144,16 +302,38 @@ def get_paged_mqa_logits_metadata(
     num_sms: int,
     indices: Optional[Tensor] = None,
 ) -> Tensor:
-    """Schedule metadata for :func:`fp8_fp4_paged_mqa_logits`.
+    """Schedule metadata of the decode logits for these context lengths (SPEC "Metadata").
+
+    A static split of the decode work into ``num_sms`` equal segments; compute it once per
+    decode step (it depends only on the context lengths) and pass it as ``schedule_meta`` to
+    :func:`fp8_fp4_paged_mqa_logits`, whose kernel reads exactly this encoding.
 
     Args:
-        context_lens: ``[B, N]`` or ``[B]`` int32 context lengths, as the decode call gets them.
-        block_kv: tokens per KV-cache block (32 or 64).
-        num_sms: workers to split the work across; pass :func:`get_num_sms`.
-        indices: ``[B]`` int32 block-table rows of the varlen form, or None.
+        context_lens: ``[B, N]`` or ``[B]`` int32 context lengths, exactly as the decode call
+            gets them. Contiguous.
+        block_kv: tokens per KV-cache block: 32 or 64.
+        num_sms: workers to split the work across (``>= 1``); pass :func:`get_num_sms`.
+        indices: None, or ``[B]`` int32 block-table rows of the varlen form (N = 1), as the
+            decode call gets them. Default None.
 
     Returns:
-        int32 ``[num_sms + 1, 2]`` on context_lens's device.
+        int32 ``[num_sms + 1, 2]`` on context_lens's device and of its framework. ``B = 0`` and
+        zero context lengths are valid (the split of no work).
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"context_lens: expected dtype
+            int32, got int64"``.
+        ValueError: any other invalid input, e.g. ``"block_kv: expected block_kv in {32, 64},
+            got 48"`` or ``"num_sms: expected num_sms >= 1, got 0"``.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> context_lens = np.array([[99, 100], [39, 40]], np.int32)
+        >>> meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, 64,
+        ...                                                deep_gemm.get_num_sms())
+        >>> meta.shape == (deep_gemm.get_num_sms() + 1, 2), meta.dtype
+        (True, dtype('int32'))
     """
     lens = adapt("context_lens", context_lens, INT32)
     indices_array = adapt_optional("indices", indices, INT32)
@@ -161,10 +341,11 @@ def get_paged_mqa_logits_metadata(
     workers = as_int("num_sms", num_sms, bits=32)
 
     place = place_of(lens)
-    out = place.output("schedule_meta", (_C.schedule_meta_rows(workers), 2), DType.int32)
-    with place.active():
-        _C.get_paged_mqa_logits_metadata(lens.pair(), block, workers, out.pair(),
-                                         pair_of(indices_array), place.stream())
+    with in_callers_words(_PAGED_METADATA_WORDS):
+        out = place.output("schedule_meta", (_C.schedule_meta_rows(workers), 2), DType.int32)
+        with place.active():
+            _C.get_paged_mqa_logits_metadata(lens.pair(), block, workers, out.pair(),
+                                             pair_of(indices_array), place.stream())
     return out.user
 
 
@@ -180,51 +361,80 @@ def fp8_fp4_paged_mqa_logits(
     logits_dtype: Any = DEFAULT_LOGITS_DTYPE,
     indices: Optional[Tensor] = None,
 ) -> Tensor:
-    """Decode indexer logits: ``next_n`` queries per sequence against a paged KV cache.
+    """Decode indexer logits (FP8, MXFP8 or MXFP4): ``next_n`` queries per sequence against a
+    paged KV cache.
+
+    Row ``r = b * N + t`` holds ``sum_h weights[r, h] * relu(s(r, h, p))`` for key positions
+    ``0 <= p < L``, ``L = context_lens[b, t]`` (2-D) or ``context_lens[b] - N + t + 1`` (1-D);
+    position ``p`` lives in block ``block_table[b, p // block_kv]`` at offset ``p % block_kv``.
+    The format follows from the dtypes as in :func:`fp8_fp4_mqa_logits`.
 
     Args:
-        q: ``[B, N, H, D]`` float8_e4m3fn or ``[B, N, H, D/2]`` int8/uint8 (MXFP4), or a
-            ``(values, scales)`` pair with scales ``None`` (FP8) or int32 ``[B, N, H]`` (MX).
+        q: ``[B, N, H, D]`` float8_e4m3fn (numpy FP8: uint8 codes) or ``[B, N, H, D/2]``
+            int8/uint8 (MXFP4), or a ``(values, scales)`` pair with scales ``None`` (FP8) or
+            int32 ``[B, N, H]`` packed UE8M0 (MX). N (next_n) from 1 to 8, H in {8, 16, 32, 64},
+            D in {32, 64, 128} (MXFP4: {64, 128}). Contiguous.
         kv_cache: ``[num_blocks, block_kv, 1, D + 4]`` bytes (``D/2 + 4`` for MXFP4), any 1-byte
-            dtype: each block holds its ``block_kv`` tokens' values, then their 4-byte scales
-            (float32 for FP8, packed UE8M0 int32 for MX).
-        weights: ``[B * N, H]`` float32 or bfloat16.
+            dtype, block_kv 32 or 64: each block holds its ``block_kv`` tokens' values, then
+            their 4-byte scales (float32 for FP8, packed UE8M0 int32 for MX); dense within a
+            block, blocks any multiple of 4 bytes apart. :func:`write_paged_kv_cache` writes it
+            from numpy.
+        weights: ``[B * N, H]`` float32 or bfloat16 (bfloat16 needs bfloat16 logits).
+            Contiguous.
         context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
-            ``[B]`` (it sees ``context_lens[b] - N + t + 1``).
-        block_table: ``[B, max_blocks]`` int32, last dim contiguous.
-        schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths.
-        max_context_len: output columns.
-        clean_logits: columns past a row's context length are exactly ``-inf``.
-        logits_dtype: float32 or bfloat16.
-        indices: ``[B]`` int32 (varlen form, N = 1): row ``r`` reads block-table row
-            ``indices[r]``.
+            ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
+        block_table: ``[B, max_blocks]`` int32 block ids (``[rows, max_blocks]`` in the varlen
+            form), last dim contiguous, any row stride.
+        schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
+            indices), this block_kv and :func:`get_num_sms` workers.
+        max_context_len: output columns (``>= 0``).
+        clean_logits: when True, the columns at or past a row's context length are exactly
+            ``-inf``; when False they are unspecified. Default False.
+        logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
+            ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
+            (``numpy.float32`` without torch).
+        indices: None, or ``[B]`` int32 (varlen form, N = 1): row ``r`` reads block-table row
+            ``indices[r]``; consecutive rows with the same index are one sequence. Default None.
 
     Returns:
-        ``[B * N, max_context_len]`` logits on q's device, allocated with q's framework.
+        The logits, ``[B * N, max_context_len]`` of logits_dtype, on q's device and of q's
+        framework: a view of rows padded to a multiple of 1024 bytes. ``B = 0`` gives ``[0,
+        max_context_len]``, ``max_context_len = 0`` gives ``[B * N, 0]``, and a row whose context
+        length is 0 (or negative) is all ``-inf`` when clean_logits. Block ids out of range
+        read no key (their positions are ``-inf`` when clean_logits).
 
     Raises:
-        TypeError: an argument of the wrong type or dtype.
-        ValueError: any other invalid input.
-    """
-    q_operand = operand("q", q, Q_SCALES)
-    cache = byte_view("kv_cache", kv_cache)
-    weights_array = adapt("weights", weights, WEIGHTS)
-    lens = adapt("context_lens", context_lens, INT32)
-    table = adapt("block_table", block_table, INT32)
-    meta = adapt("schedule_meta", schedule_meta, INT32)
-    indices_array = adapt_optional("indices", indices, INT32)
-    width = as_int("max_context_len", max_context_len)
-    clean = as_bool("clean_logits", clean_logits)
-    dtype = logits_dtype_of(logits_dtype)
+        TypeError: an argument of the wrong type or dtype, e.g. ``"block_table: expected dtype
+            int32, got float32"``.
+        ValueError: any other invalid input (shape, stride, alignment, device, unsupported
+            N, H or D, metadata of the wrong size), e.g. ``"kv_cache: expected block_kv (dim 1)
+            in {32, 64}, got 16"``. Messages name the argument as this function spells it (q's
+            scales as ``"q: scales (q[1])"``). Nothing is launched or written on refusal.
 
-    place = place_of(q_operand.values)
-    layout = _C.paged_mqa_logits_output_layout(q_operand.values.leading_size(2), width, dtype)
-    logits = place.logits(layout, dtype)
-    with place.active():
-        _C.paged_mqa_logits(q_operand.pair(), cache.pair(), weights_array.pair(), lens.pair(),
-                            table.pair(), meta.pair(), width, logits.pair(), clean,
-                            pair_of(indices_array), place.stream())
-    return logits.user
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> rng = np.random.default_rng(0)
+        >>> B, N, H, D, block_kv = 2, 2, 16, 64, 32
+        >>> cache = np.zeros((8, block_kv, 1, D + 4), np.uint8)        # 8 blocks of 32 tokens
+        >>> block_table = np.array([[0, 1, 2, 3], [4, 5, 6, 7]], np.int32)
+        >>> for b, length in enumerate([100, 40]):                    # each sequence's keys
+        ...     keys = deep_gemm.quantize_fp8(rng.standard_normal((length, D)))
+        ...     deep_gemm.write_paged_kv_cache(cache, keys, block_table[b])
+        >>> q, q_scales = deep_gemm.quantize_fp8(rng.standard_normal((B * N, H * D)))
+        >>> weights = (rng.standard_normal((B * N, H)) * q_scales[:, None]).astype(np.float32)
+        >>> context_lens = np.array([[99, 100], [39, 40]], np.int32)   # token t sees itself
+        >>> meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, block_kv,
+        ...                                                deep_gemm.get_num_sms())
+        >>> logits = deep_gemm.fp8_fp4_paged_mqa_logits(q.reshape(B, N, H, D), cache, weights,
+        ...                                             context_lens, block_table, meta, 128,
+        ...                                             clean_logits=True)
+        >>> logits.shape, [int(np.isfinite(row).sum()) for row in logits]
+        ((4, 128), [99, 100, 39, 40])
+    """
+    return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                  max_context_len, clean_logits, logits_dtype_of(logits_dtype), indices,
+                  WEIGHTS, "", _PAGED_WORDS)
 
 
 def fp8_paged_mqa_logits(
@@ -238,18 +448,167 @@ def fp8_paged_mqa_logits(
     clean_logits: bool = False,
     indices: Optional[Tensor] = None,
 ) -> Tensor:
-    """FP8 decode logits, float32: :func:`fp8_fp4_paged_mqa_logits` with q a float8_e4m3fn
-    tensor ``[B, N, H, D]`` and a ``[num_blocks, block_kv, 1, D + 4]`` FP8 cache."""
-    return fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
-                                    schedule_meta, max_context_len, clean_logits, "float32",
-                                    indices)
+    """FP8 decode indexer logits, float32: ``next_n`` queries per sequence against a paged FP8
+    KV cache.
+
+    Row ``r = b * N + t`` holds ``sum_h weights[r, h] * relu(scale[p] * (q[b, t, h] . k[p]))``
+    for key positions ``0 <= p < L``, ``L = context_lens[b, t]`` (2-D) or ``context_lens[b] - N
+    + t + 1`` (1-D), where ``k[p]`` and ``scale[p]`` are the e4m3 values and float32 scale that
+    the cache holds for position ``p``: in block ``block_table[b, p // block_kv]`` at offset
+    ``p % block_kv``. This is :func:`fp8_fp4_paged_mqa_logits` with float32 logits; like it, it
+    also takes MXFP8 and MXFP4 operands.
+
+    Args:
+        q: ``[B, N, H, D]`` float8_e4m3fn (numpy: uint8 e4m3 codes), or ``(values, None)``.
+            N (next_n) from 1 to 8, H in {8, 16, 32, 64}, D in {32, 64, 128}. Contiguous.
+        kv_cache: ``[num_blocks, block_kv, 1, D + 4]`` bytes, any 1-byte dtype, block_kv 32 or
+            64: each block holds its ``block_kv`` tokens' e4m3 values, then their float32
+            scales; dense within a block, blocks any multiple of 4 bytes apart.
+            :func:`write_paged_kv_cache` writes it from numpy.
+        weights: ``[B * N, H]`` float32 (bfloat16 weights need bfloat16 logits:
+            :func:`fp8_fp4_paged_mqa_logits`). Contiguous.
+        context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
+            ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
+        block_table: ``[B, max_blocks]`` int32 block ids (``[rows, max_blocks]`` in the varlen
+            form), last dim contiguous, any row stride.
+        schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
+            indices), this block_kv and :func:`get_num_sms` workers.
+        max_context_len: output columns (``>= 0``).
+        clean_logits: when True, the columns at or past a row's context length are exactly
+            ``-inf``; when False they are unspecified. Default False.
+        indices: None, or ``[B]`` int32 (varlen form, N = 1): row ``r`` reads block-table row
+            ``indices[r]``. Default None.
+
+    Returns:
+        float32 logits ``[B * N, max_context_len]`` on q's device and of q's framework: a view
+        of rows padded to a multiple of 1024 bytes. ``B = 0`` gives ``[0, max_context_len]``,
+        ``max_context_len = 0`` gives ``[B * N, 0]``, and a row whose context length is 0 (or
+        negative) is all ``-inf`` when clean_logits.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"weights: expected dtype
+            float32 (fp8_paged_mqa_logits returns float32 logits), got bfloat16"``.
+        ValueError: any other invalid input (shape, stride, alignment, device, unsupported N,
+            H or D, metadata of the wrong size), e.g. ``"q: expected next_n (dim 1) in {1, 2,
+            3, 4, 5, 6, 7, 8}, got 10"``. Messages name the argument as this function spells
+            it. Nothing is launched or written on refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits as deep_gemm
+        >>> rng = np.random.default_rng(0)
+        >>> B, N, H, D, block_kv = 2, 1, 16, 64, 64
+        >>> cache = np.zeros((4, block_kv, 1, D + 4), np.uint8)
+        >>> block_table = np.array([[3, 1], [0, 2]], np.int32)
+        >>> for b, length in enumerate([70, 5]):
+        ...     keys = deep_gemm.quantize_fp8(rng.standard_normal((length, D)))
+        ...     deep_gemm.write_paged_kv_cache(cache, keys, block_table[b])
+        >>> q, q_scales = deep_gemm.quantize_fp8(rng.standard_normal((B * N, H * D)))
+        >>> weights = (rng.standard_normal((B * N, H)) * q_scales[:, None]).astype(np.float32)
+        >>> context_lens = np.array([70, 5], np.int32)
+        >>> meta = deep_gemm.get_paged_mqa_logits_metadata(context_lens, block_kv,
+        ...                                                deep_gemm.get_num_sms())
+        >>> logits = deep_gemm.fp8_paged_mqa_logits(q.reshape(B, N, H, D), cache, weights,
+        ...                                         context_lens, block_table, meta, 80, True)
+        >>> logits.shape, [int(np.isfinite(row).sum()) for row in logits]
+        ((2, 80), [70, 5])
+    """
+    return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                  max_context_len, clean_logits, DType.float32, indices, _FP8_WEIGHTS,
+                  "fp8_paged_mqa_logits returns float32 logits", _FP8_PAGED_WORDS)
+
+
+def _paged(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor, block_table: Tensor,
+           schedule_meta: Tensor, max_context_len: Any, clean_logits: Any, dtype: DType,
+           indices: Optional[Tensor], weights_accepted: Sequence[DType], weights_reason: str,
+           words: Vocabulary) -> Tensor:
+    q_operand = operand("q", q, Q_SCALES)
+    cache = byte_view("kv_cache", kv_cache)
+    weights_array = adapt("weights", weights, weights_accepted, weights_reason)
+    lens = adapt("context_lens", context_lens, INT32)
+    table = adapt("block_table", block_table, INT32)
+    meta = adapt("schedule_meta", schedule_meta, INT32)
+    indices_array = adapt_optional("indices", indices, INT32)
+    width = as_int("max_context_len", max_context_len)
+    clean = as_bool("clean_logits", clean_logits)
+
+    place = place_of(q_operand.values)
+    with in_callers_words(words):
+        layout = _C.paged_mqa_logits_output_layout(q_operand.values.leading_size(2), width,
+                                                   dtype)
+        logits = place.logits(layout, dtype)
+        with place.active():
+            _C.paged_mqa_logits(q_operand.pair(), cache.pair(), weights_array.pair(),
+                                lens.pair(), table.pair(), meta.pair(), width, logits.pair(),
+                                clean, pair_of(indices_array), place.stream())
+    return logits.user
 
 
 def get_num_sms() -> int:
-    """SMs the kernels may use (CPU: worker threads); the current GPU's count unless set."""
+    """The number of SMs the kernels may use (on the CPU backend: worker threads).
+
+    Returns:
+        The value of the last :func:`set_num_sms`, else the current CUDA device's SM count,
+        else (no CUDA device visible) the number of hardware threads. Pass it to
+        :func:`get_paged_mqa_logits_metadata`; :func:`get_mqa_logits_metadata` sizes its
+        output with it.
+
+    Raises:
+        Nothing: it takes no argument.
+
+    Example:
+        >>> import mqa_logits as deep_gemm
+        >>> deep_gemm.get_num_sms() >= 1
+        True
+    """
     return _C.get_num_sms()
 
 
 def set_num_sms(new_num_sms: int) -> None:
-    """Limit the SMs the kernels may use, e.g. to leave room for kernels running beside them."""
-    _C.set_num_sms(as_int("new_num_sms", new_num_sms, bits=32))
+    """Limit the SMs the kernels may use, e.g. to leave room for kernels running beside them.
+
+    Metadata computed before the change was sized for the old count: compute it again.
+
+    Args:
+        new_num_sms: from 1 to the current CUDA device's SM count (4096 without a CUDA
+            device).
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: new_num_sms is not an int, e.g. ``"new_num_sms: expected an int, got
+            float"``.
+        ValueError: new_num_sms out of range, e.g. ``"new_num_sms: expected 1 <= new_num_sms <=
+            132 (the SMs of cuda:0), got 0"``.
+
+    Example:
+        >>> import mqa_logits as deep_gemm
+        >>> default = deep_gemm.get_num_sms()
+        >>> deep_gemm.set_num_sms(1)
+        >>> deep_gemm.get_num_sms()
+        1
+        >>> deep_gemm.set_num_sms(default)
+    """
+    workers = as_int("new_num_sms", new_num_sms, bits=32)
+    with in_callers_words(_SET_NUM_SMS_WORDS):
+        _C.set_num_sms(workers)
+
+
+def cuda_backend_available() -> bool:
+    """Whether CUDA tensors can run here: this build has the CUDA backend (sm_90a kernels) and a
+    GPU of compute capability 9.0 (H100, H200) is visible.
+
+    Returns:
+        True or False. When False, calls with CUDA tensors raise ValueError (nothing falls back
+        to the CPU); CPU tensors and numpy arrays always run the CPU backend.
+
+    Raises:
+        Nothing: it takes no argument.
+
+    Example:
+        >>> import mqa_logits as deep_gemm
+        >>> isinstance(deep_gemm.cuda_backend_available(), bool)
+        True
+    """
+    return bool(_C.cuda_backend_available())

@@ -15,6 +15,7 @@ from typing import Any, ContextManager, Dict, Iterable, NamedTuple, Optional, Se
 
 import numpy as np
 
+from . import _C
 from ._C import DType
 
 try:
@@ -132,13 +133,40 @@ def _framework_entry(name: str, x: Any) -> Tuple[Any, Optional[_Entry], str]:
     raise TypeError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
-def adapt(name: str, x: Any, accepted: Sequence[DType]) -> Array:
+def _dense_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
+    """Strides (in units of `itemsize`: bytes for numpy, 1 for torch's element strides) of a
+    row-major array, counting an empty dim as one element, as torch does."""
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(strides))
+
+
+def _empty_carrier(x: Any) -> Any:
+    """numpy 2 gives every dim of an empty array the stride 0 (and torch.from_numpy keeps it),
+    which reads as a non-contiguous last dim or overlapping rows: an empty array with a zero
+    stride crosses with row-major strides instead. No element is ever addressed through it."""
+    if isinstance(x, np.ndarray):
+        if x.size != 0 or 0 not in x.strides:
+            return x
+        return np.lib.stride_tricks.as_strided(x, x.shape, _dense_strides(x.shape, x.itemsize),
+                                               writeable=x.flags.writeable)
+    if x.numel() != 0 or 0 not in x.stride():
+        return x
+    return x.as_strided(x.shape, _dense_strides(x.shape, 1))
+
+
+def adapt(name: str, x: Any, accepted: Sequence[DType], reason: str = "") -> Array:
     """Check `x`'s element type against `accepted` (TypeError) and make its crossing view."""
     x, entry, dtype_name = _framework_entry(name, x)
     if entry is None or entry[0] not in accepted:
-        raise TypeError(f"{name}: expected dtype {_names(accepted)}, got {dtype_name}")
+        why = f" ({reason})" if reason else ""
+        raise TypeError(f"{name}: expected dtype {_names(accepted)}{why}, got {dtype_name}")
     dtype, carrier_dtype = entry
-    return Array(x, dtype, x if carrier_dtype is None else x.view(carrier_dtype))
+    carrier = x if carrier_dtype is None else x.view(carrier_dtype)
+    return Array(x, dtype, _empty_carrier(carrier))
 
 
 def adapt_optional(name: str, x: Any, accepted: Sequence[DType]) -> Optional[Array]:
@@ -175,10 +203,15 @@ def operand(name: str, x: Any, scales_accepted: Sequence[DType]) -> Operand:
     else:
         values, scales = x, None
     values_array = adapt(name, values, BYTES)
-    scales_array = adapt_optional(f"{name}_scales", scales, scales_accepted)
+    scales_array = adapt_optional(scales_name(name), scales, scales_accepted)
     if scales_array is None or scales_array.dtype == DType.float32:
         values_array = values_array._replace(dtype=DType.float8_e4m3)
     return Operand(values_array, scales_array)
+
+
+def scales_name(name: str) -> str:
+    """How messages name the scales of an operand passed as a ``(values, scales)`` pair."""
+    return f"{name}: scales ({name}[1])"
 
 
 def byte_view(name: str, x: Any) -> Array:
@@ -226,6 +259,11 @@ class Place:
     def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
         raise NotImplementedError
 
+    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
+                      dtype: DType) -> Any:
+        """An array with no element (a zero in `shape`) and these element strides."""
+        raise NotImplementedError
+
     def stream(self) -> int:
         """The CUDA stream handle to queue work on (0: host arrays)."""
         return 0
@@ -238,8 +276,16 @@ class Place:
         return adapt(name, self.empty(shape, dtype), (dtype,))
 
     def logits(self, layout: Tuple[int, int, int], dtype: DType) -> Array:
-        """Logits of the library's layout: a [rows, cols] view of a [rows, row_stride] buffer."""
+        """Logits of the library's layout: a [rows, cols] view of a [rows, row_stride] buffer.
+
+        Logits with no element (no row or no column) keep a row stride of one padded row (1024
+        bytes): a framework's own strides of an empty array (one element, or numpy's zeros) are
+        not what the validation of device outputs accepts (rows 16-byte aligned)."""
         rows, cols, row_stride = layout
+        if rows == 0 or cols == 0:
+            row_unit = _C.paged_mqa_logits_output_layout(1, 1, dtype)[2]
+            buffer = self.empty_strided((rows, cols), (max(row_stride, row_unit), 1), dtype)
+            return adapt("logits", buffer, (dtype,))
         buffer = self.empty((rows, row_stride), dtype)
         return adapt("logits", buffer[:, :cols], (dtype,))
 
@@ -250,6 +296,11 @@ class _TorchPlace(Place):
 
     def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
         return torch.empty(shape, dtype=_TORCH_OUTPUTS[dtype], device=self.device)
+
+    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
+                      dtype: DType) -> Any:
+        return torch.empty_strided(shape, strides, dtype=_TORCH_OUTPUTS[dtype],
+                                   device=self.device)
 
     def stream(self) -> int:
         if self.device.type != "cuda":
@@ -267,14 +318,26 @@ class _NumpyPlace(Place):
     _ALIGNMENT = 256
 
     def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
-        numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
-        if numpy_dtype is None:
-            raise TypeError(f"{_NAMES[dtype]} numpy outputs need the ml_dtypes package")
+        numpy_dtype = self._numpy_dtype(dtype)
         count = int(np.prod(shape, dtype=np.int64))
         nbytes = count * numpy_dtype.itemsize
         raw = np.empty(nbytes + self._ALIGNMENT, dtype=np.uint8)
         offset = -raw.ctypes.data % self._ALIGNMENT
         return raw[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+
+    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
+                      dtype: DType) -> Any:
+        numpy_dtype = self._numpy_dtype(dtype)
+        byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
+        return np.lib.stride_tricks.as_strided(np.empty(0, numpy_dtype), shape, byte_strides)
+
+    @staticmethod
+    def _numpy_dtype(dtype: DType) -> Any:
+        numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
+        if numpy_dtype is None:
+            raise TypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
+                            "package (pip install ml_dtypes)")
+        return numpy_dtype
 
 
 def place_of(array: Array) -> Place:

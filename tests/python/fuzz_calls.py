@@ -3,7 +3,8 @@
 Each call starts from valid arguments and applies a few random mutations: dtypes, ranks,
 extents, strides (sliced, reversed, broadcast, transposed), misaligned data, garbage contents,
 odd scalars. A call may succeed, or raise TypeError or ValueError (or MemoryError for outputs too
-large to allocate); anything else, and of course a crash, fails.
+large to allocate) whose message starts with one of the function's own arguments and names no
+argument the function does not have; anything else, and of course a crash, fails.
 """
 
 import argparse
@@ -14,6 +15,7 @@ import numpy as np
 
 import mqa_logits
 from reference import make_paged, make_prefill
+from support import foreign_names, leading_argument
 
 DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.float16, np.bool_]
 SCALARS = [0, 1, -1, 7, 64, 2**31, -(2**31), 2**62, 3.5, None, "x", True]
@@ -131,6 +133,12 @@ def main():
             outcome = "ok"
         except ACCEPTED as error:
             outcome = type(error).__name__
+            message = str(error)
+            if not isinstance(error, MemoryError) and (
+                    leading_argument(message) not in args or foreign_names(function, message)):
+                print(f"call {index}: {function.__name__} with {mutations}: a message not in "
+                      f"the caller's words: {message}")
+                return 1
         except Exception:
             print(f"call {index}: {function.__name__} with {mutations} raised:")
             traceback.print_exc(file=sys.stdout)

@@ -51,7 +51,8 @@ def decode_e4m3(codes: np.ndarray) -> np.ndarray:
 
 def decode_e2m1(packed: np.ndarray) -> np.ndarray:
     """[..., D/2] bytes -> [..., D]: element 2k in the low nibble of byte k."""
-    nibbles = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    nibbles = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1],
+                                                                     2 * packed.shape[-1])
     sign = np.where(nibbles & 0x8, -1.0, 1.0)
     return sign * E2M1_MAGNITUDES[nibbles & 0x7]
 
@@ -413,7 +414,8 @@ def make_paged(rng: np.random.Generator, fmt: str, batch: int, next_n: int, num_
         table_rows, max_blocks).astype(np.int32)
 
     lengths = rng.integers(0, max_context_len + 1, size=(batch, next_n))
-    lengths[0, :] = max_context_len  # one full sequence
+    if batch:
+        lengths[0, :] = max_context_len  # one full sequence
     if lens_2d:
         context_lens = np.sort(lengths, axis=1).astype(np.int32)
     else:

@@ -45,3 +45,35 @@ def skip_unless_supported(fmt, framework, bf16=False):
         pytest.skip(NO_TORCH)
     if framework == "numpy" and ml_dtypes is None and (fmt == "mxfp8" or bf16):
         pytest.skip(NO_ML_DTYPES)
+
+
+# ---- errors in the caller's words ---------------------------------------------------------------
+
+# Names an error message could use for an argument: every public function's parameters and the
+# C++ API's own argument names (which the package translates). A message may only use the ones
+# that are parameters of the function that raised it. `block_kv` is left out: messages use it as
+# the name of the cache's dim 1 (SPEC's), whatever the function.
+ARGUMENT_LIKE_NAMES = frozenset({
+    "q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end", "clean_logits",
+    "max_seqlen_k", "logits_dtype", "schedule_meta", "num_kv_tokens", "num_heads",
+    "context_lens", "num_sms", "indices", "kv_cache", "block_table", "max_context_len",
+    "new_num_sms",
+    # the C++ API's names
+    "k_start", "k_end", "seq_len_kv", "seq_len", "num_rows", "q_scales", "kv_scales", "out",
+})
+
+
+def leading_argument(message):
+    """The argument a message starts with: "name: expected ..." -> "name"."""
+    return message.split(": ", 1)[0]
+
+
+def foreign_names(function, message):
+    """Argument-like names in `message` that are not parameters of `function` (names followed
+    by "(" are functions, e.g. get_num_sms())."""
+    import inspect
+    import re
+
+    parameters = inspect.signature(function).parameters
+    words = re.findall(r"(?<![\w.])[A-Za-z_]\w*(?![\w(])", message)
+    return sorted({w for w in words if w in ARGUMENT_LIKE_NAMES and w not in parameters})

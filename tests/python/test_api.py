@@ -1,8 +1,10 @@
 """The package's surface: DeepGEMM's names, argument names, order and defaults; docs and stubs;
 the number of SMs; how the extension links."""
 
+import doctest
 import importlib.resources
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 import mqa_logits
-from support import torch
+from support import ml_dtypes, torch
 
 REQUIRED = inspect.Parameter.empty
 FLOAT32 = torch.float32 if torch is not None else np.float32
@@ -53,6 +55,18 @@ SIGNATURES = {
 }
 
 
+# The package's own functions (not DeepGEMM's): numpy helpers and the backend query.
+OWN_SIGNATURES = {
+    "quantize_fp8": [("x", REQUIRED)],
+    "quantize_mxfp8": [("x", REQUIRED)],
+    "quantize_mxfp4": [("x", REQUIRED)],
+    "write_paged_kv_cache": [("kv_cache", REQUIRED), ("kv", REQUIRED),
+                             ("block_table_row", REQUIRED), ("start", 0)],
+    "cuda_backend_available": [],
+}
+PUBLIC_FUNCTIONS = sorted({**SIGNATURES, **OWN_SIGNATURES})
+
+
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_signature_matches_deep_gemm(name):
     function = getattr(mqa_logits, name)
@@ -61,10 +75,90 @@ def test_signature_matches_deep_gemm(name):
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
 
 
-@pytest.mark.parametrize("name", sorted(SIGNATURES))
+@pytest.mark.parametrize("name", sorted(OWN_SIGNATURES))
+def test_own_function_signatures(name):
+    parameters = inspect.signature(getattr(mqa_logits, name)).parameters.values()
+    assert [(p.name, p.default) for p in parameters] == OWN_SIGNATURES[name]
+
+
+def test_every_public_function_is_listed_here():
+    functions = {name for name in mqa_logits.__all__ if callable(getattr(mqa_logits, name))}
+    assert functions == set(PUBLIC_FUNCTIONS)
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
 def test_functions_are_exported_and_documented(name):
     assert name in mqa_logits.__all__
     assert len(inspect.getdoc(getattr(mqa_logits, name)) or "") > 40
+
+
+def docstring_sections(doc):
+    """{section title: text} of a Google-style docstring, and {argument: its Args entry}."""
+    sections, arguments = {}, {}
+    title = current = None
+    for line in doc.splitlines():
+        heading = re.fullmatch(r"([A-Z][a-z]+):", line)
+        if heading:
+            title, current = heading.group(1), None
+            sections[title] = ""
+            continue
+        if title is None:
+            continue
+        sections[title] += line + "\n"
+        entry = re.match(r"^    (\w+): (.*)", line)
+        if title == "Args" and entry:
+            current = entry.group(1)
+            arguments[current] = entry.group(2)
+        elif title == "Args" and current and line.startswith("        "):
+            arguments[current] += " " + line.strip()
+    return sections, arguments
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_help_is_complete_on_its_own(name):
+    """help(function) documents every argument (shape, dtype or range, default), the return
+    value, the errors and an example, without sending the reader elsewhere."""
+    function = getattr(mqa_logits, name)
+    doc = inspect.getdoc(function)
+    sections, arguments = docstring_sections(doc)
+    for title in ("Returns", "Raises", "Example"):
+        assert sections.get(title, "").strip(), f"{name}: no {title} section"
+    assert ">>> " in sections["Example"]
+    parameters = inspect.signature(function).parameters.values()
+    assert set(arguments) == {p.name for p in parameters}, f"{name}: Args vs signature"
+    for parameter in parameters:
+        entry = arguments[parameter.name]
+        assert len(entry) > 20, f"{name}: {parameter.name} is barely documented"
+        if parameter.default is not inspect.Parameter.empty:
+            default = "float32" if parameter.name == "logits_dtype" else str(parameter.default)
+            assert re.search(rf"Default (``)?[\w.]*{re.escape(default)}", entry), \
+                f"{name}: the default of {parameter.name} is not documented"
+    for error in re.findall(r"^    (\w+Error):", sections["Raises"], flags=re.M):
+        assert error in ("TypeError", "ValueError", "ImportError"), error
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_docstring_mentions_every_parameter(name):
+    function = getattr(mqa_logits, name)
+    doc = function.__doc__
+    for parameter in inspect.signature(function).parameters:
+        assert re.search(rf"(?<![\w]){parameter}(?![\w])", doc), f"{name}: {parameter}"
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_docstring_examples_run(name):
+    if name == "quantize_mxfp8" and ml_dtypes is None:
+        pytest.skip("ml_dtypes is not installed (numpy float8 arrays)")
+    function = getattr(mqa_logits, name)
+    default = mqa_logits.get_num_sms()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    try:
+        for test in doctest.DocTestFinder().find(function, name, globs={}):
+            runner.run(test)
+    finally:
+        mqa_logits.set_num_sms(default)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_package_documents_formats_and_version():

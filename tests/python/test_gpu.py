@@ -82,6 +82,36 @@ def test_formats_without_cuda_kernels_are_refused_on_the_gpu(rng, fmt):
         prefill_on(case, "cuda")
 
 
+@pytest.mark.parametrize("logits_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("seq_len,seq_len_kv,max_seqlen_k", [
+    (0, 300, 0), (70, 0, 0), (0, 0, 0), (70, 0, 16)])
+def test_empty_prefill_on_the_gpu(rng, logits_dtype, seq_len, seq_len_kv, max_seqlen_k):
+    """Empty outputs keep 16-byte aligned rows: the validation of device outputs accepts them."""
+    case = make_prefill(rng, "fp8", seq_len, 64, 128, seq_len_kv)
+    logits = prefill_on(case, "cuda", logits_dtype=logits_dtype, max_seqlen_k=max_seqlen_k)
+    assert logits.is_cuda and logits.shape == (seq_len, max_seqlen_k or seq_len_kv)
+    assert bool(torch.isneginf(logits).all())
+
+
+@pytest.mark.parametrize("logits_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch,max_context_len", [(0, 500), (3, 0), (0, 0)])
+def test_empty_decode_on_the_gpu(rng, logits_dtype, batch, max_context_len):
+    case = make_paged(rng, "fp8", batch=batch, next_n=2, num_heads=64, head_dim=128,
+                      block_kv=64, max_context_len=max_context_len)
+    logits = paged_on(case, "cuda", clean_logits=True, logits_dtype=logits_dtype)
+    assert logits.is_cuda and logits.shape == (2 * batch, max_context_len)
+
+
+def test_decode_rows_without_context_on_the_gpu(rng):
+    case = make_paged(rng, "fp8", batch=4, next_n=2, num_heads=64, head_dim=128, block_kv=64,
+                      max_context_len=700)
+    case.context_lens[1, :] = 0
+    case.context_lens[2, 0] = 0
+    gpu = paged_on(case, "cuda", clean_logits=True)
+    cpu = paged_on(case, "cpu", clean_logits=True)
+    compare_gpu_with_cpu(gpu, cpu, case, clean=True, bf16=False)
+
+
 def paged_on(case, device, **options):
     args = case.api_args("torch", device)
     meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"], case.block_kv,

@@ -1,0 +1,60 @@
+"""The library's messages in the caller's words.
+
+The C++ library names the arguments of its own API (``k_start``, ``kv_scales``, ``seq_len_kv``,
+``logits``, ...); each Python function spells them its own way (DeepGEMM's names). Its calls into
+the extension run inside :func:`in_callers_words`, which rewrites a refusal's message with the
+function's :class:`Vocabulary`: the argument the message starts with becomes the Python
+argument, and C++ names in the rest of the message become the caller's words. The C++ library
+is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator, Mapping, NamedTuple
+
+# Operands a function takes as a tensor or a (values, scales) pair; their scales have no
+# argument of their own in Python.
+_PAIRED = ("q", "kv")
+# Element type names of the C++ library that the frameworks spell differently.
+_DTYPE_TERMS = {"float8_e4m3": "float8_e4m3fn"}
+
+
+class Vocabulary(NamedTuple):
+    """How one Python function words the library's messages."""
+
+    arguments: Mapping[str, str]  # C++ argument a message starts with -> the Python argument
+    terms: Mapping[str, str]      # a C++ name in the rest of a message -> the caller's words
+
+
+def _replace_words(text: str, words: Mapping[str, str]) -> str:
+    for old, new in words.items():
+        # Whole names only: `k_start` inside `cu_seq_len_k_start` or `get_num_sms()` stays.
+        text = re.sub(rf"(?<![\w.]){re.escape(old)}(?![\w(])", new, text)
+    return text
+
+
+def rephrase(message: str, vocabulary: Vocabulary) -> str:
+    """A library message ("argument: what was expected, what was given") in Python's words."""
+    argument, separator, detail = message.partition(": ")
+    if not separator or " " in argument:
+        return _replace_words(message, {**_DTYPE_TERMS, **vocabulary.terms})
+    detail = _replace_words(detail, {**_DTYPE_TERMS, **vocabulary.terms})
+    operand = argument[:-len("_scales")] if argument.endswith("_scales") else None
+    if operand in _PAIRED:
+        if detail.endswith("got none"):
+            return f"{operand}: pass (values, scales): {detail}"
+        return f"{operand}: scales ({operand}[1]): {detail}"
+    return f"{vocabulary.arguments.get(argument, argument)}: {detail}"
+
+
+@contextlib.contextmanager
+def in_callers_words(vocabulary: Vocabulary) -> Iterator[None]:
+    """Re-raises the library's ValueError / TypeError with the message rephrased."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        if type(error) not in (ValueError, TypeError):
+            raise
+        raise type(error)(rephrase(str(error), vocabulary)) from None
