@@ -62,7 +62,7 @@ __device__ __forceinline__ int4 row_window(const PrefillParams& p, std::int64_t 
 }
 
 // Warps 1-2: for each block with tiles in this CTA, as soon as a Q buffer is free (the block
-// before the previous one is done): its Q rows by TMA (warp 1), its state for the math warps
+// kQBuffers back is done): its Q rows by TMA (warp 1), its state for the math warps
 // (warp w - 1 the weights and windows of query group w - 1, warp 1 the span), and when the block
 // folds (T::kFoldLinear and kFoldMinTiles tiles or more) once the rows land, their fold; then
 // q_ready. The fold of a block thus runs under the previous blocks' tiles, and a block that does
@@ -91,7 +91,8 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
       };
       weights = make_float4(weight(0), weight(1), weight(2), weight(3));
     }
-    const int4 window = lane < T::kGroupQ ? row_window(p, row0 + group * T::kGroupQ + lane) : int4{};
+    const int4 window =
+        lane < T::kGroupQ ? row_window(p, row0 + group * T::kGroupQ + lane) : int4{};
 
     sh.q_empty[qb.stage].wait(qb.phase ^ 1);
     if (warp == 1 && lane == 0) {
