@@ -201,10 +201,16 @@ std::vector<std::byte> DeviceArena::download_logits() const {
 std::unique_ptr<std::byte[]> DeviceArena::download_rows(std::span<const std::int64_t> rows,
                                                         std::size_t row_stride_bytes,
                                                         std::size_t row_bytes) const {
-  auto host = std::make_unique_for_overwrite<std::byte[]>(logits_bytes_);
+  return bench::download_rows(logits_, logits_bytes_, rows, row_stride_bytes, row_bytes);
+}
+
+std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes,
+                                           std::span<const std::int64_t> rows,
+                                           std::size_t row_stride_bytes, std::size_t row_bytes) {
+  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
   for (const std::int64_t row : rows) {
     const std::size_t offset = static_cast<std::size_t>(row) * row_stride_bytes;
-    check(cudaMemcpy(host.get() + offset, static_cast<const std::byte*>(logits_) + offset, row_bytes,
+    check(cudaMemcpy(host.get() + offset, static_cast<const std::byte*>(device) + offset, row_bytes,
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy logits row");
   }

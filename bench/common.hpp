@@ -62,6 +62,11 @@ class DeviceArena {
   std::size_t logits_bytes_ = 0;
 };
 
+// Rows `rows` of a device buffer of `bytes` bytes, as DeviceArena::download_rows does.
+std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes,
+                                           std::span<const std::int64_t> rows,
+                                           std::size_t row_stride_bytes, std::size_t row_bytes);
+
 // One result row: ordered (key, value) pairs, written to JSON as an object.
 class Record {
  public:
@@ -77,10 +82,21 @@ class Record {
 struct BenchContext {
   Ceilings ceilings;
   bool quick = false;  // fewer shapes and samples
+  // decode-grid only: the batch sizes to run instead of the grid's (one run can then stay within
+  // a per-command time limit); empty: the grid's.
+  std::vector<std::int64_t> grid_batches;
 };
 
 std::vector<Record> run_prefill_bench(const BenchContext& context);
 std::vector<Record> run_prefill_patterns_bench(const BenchContext& context);
 std::vector<Record> run_paged_bench(const BenchContext& context);
+std::vector<Record> run_paged_grid_bench(const BenchContext& context);
+
+// One decode row over a workload whose inputs are on the device at `device_inputs` (slot order,
+// as DeviceArena::pointers) with room for its logits at `device_logits`: verified on sampled rows
+// against the float64 oracle, timed with CUDA graphs, compared with the floor of the measured
+// ceilings. Fields as the decode suite reports them ("op" is "decode").
+Record measure_decode(const BenchContext& context, const support::PagedWorkload& workload,
+                      std::span<void* const> device_inputs, void* device_logits);
 
 }  // namespace mqa_logits::bench

@@ -1,14 +1,22 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
-//   mqa-logits-bench [prefill|patterns|decode|all] [--quick] [--json FILE]
+//   mqa-logits-bench [prefill|patterns|decode|decode-grid|all] [--quick] [--json FILE]
+//                    [--batch B,B,...]
 //
 // prefill: causal shapes; patterns: the prefill window patterns engines send; decode: paged
-// shapes; all (default): the three.
+// shapes; all (default): the three. decode-grid: the decode range engines send as a grid
+// (B 1..512 x context 1K..128K x next_n 1..8 x block_kv 32, 64; --quick: a subset); not part of
+// all, whose time budget is fixed. --batch: the grid's batch sizes replaced by these (to split
+// the grid over several runs).
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "mqa_logits/mqa_logits.hpp"
@@ -17,8 +25,25 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: mqa-logits-bench [prefill|patterns|decode|all] [--quick] [--json FILE]\n");
+               "usage: mqa-logits-bench [prefill|patterns|decode|decode-grid|all] [--quick] "
+               "[--json FILE] [--batch B,B,...]\n");
   return 2;
+}
+
+// "1,8,64" as {1, 8, 64}; empty when any entry is not a positive integer.
+std::vector<std::int64_t> parse_batches(const std::string& list) {
+  std::vector<std::int64_t> batches;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    const std::string entry = list.substr(begin, end - begin);
+    char* rest = nullptr;
+    const long long value = std::strtoll(entry.c_str(), &rest, 10);
+    if (entry.empty() || *rest != '\0' || value < 1) return {};
+    batches.push_back(value);
+    begin = end + 1;
+  }
+  return batches;
 }
 
 }  // namespace
@@ -29,12 +54,16 @@ int main(int argc, char** argv) {
   BenchContext context;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "all") {
+    if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "decode-grid" ||
+        arg == "all") {
       suite = arg;
     } else if (arg == "--quick") {
       context.quick = true;
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (arg == "--batch" && i + 1 < argc) {
+      context.grid_batches = parse_batches(argv[++i]);
+      if (context.grid_batches.empty()) return usage();
     } else {
       return usage();
     }
@@ -50,14 +79,17 @@ int main(int argc, char** argv) {
     std::printf("%s, %d SMs: copy %.2f TB/s, FP8 GEMM 8192^3 %.0f TFLOPS\n", props.name,
                 props.multiProcessorCount, context.ceilings.copy_tbps, context.ceilings.fp8_tflops);
     std::vector<Record> records;
-    const auto run_suite = [&](const char* name, std::vector<Record> (*run)(const BenchContext&)) {
-      if (suite != name && suite != "all") return;
+    // in_all: whether `all` runs the suite (the grid is too long for its fixed budget).
+    const auto run_suite = [&](const char* name, std::vector<Record> (*run)(const BenchContext&),
+                               bool in_all = true) {
+      if (suite != name && !(in_all && suite == "all")) return;
       auto r = run(context);
       records.insert(records.end(), r.begin(), r.end());
     };
     run_suite("prefill", run_prefill_bench);
     run_suite("patterns", run_prefill_patterns_bench);
     run_suite("decode", run_paged_bench);
+    run_suite("decode-grid", run_paged_grid_bench, false);
     bool all_verified = true;
     for (const auto& r : records) all_verified = all_verified && std::get<bool>(r.at("verified"));
     if (!json_path.empty()) {

@@ -3,6 +3,7 @@
 // before it is reported. Per shape: the kernel's median time, its bandwidth, the floor
 // max(FLOPs / FP8 GEMM ceiling, bytes / copy ceiling) with both ceilings measured in this run,
 // the percentage of that floor reached, and the schedule-metadata kernel's time on its own.
+// measure_decode is shared with the decode grid (paged_grid.cu).
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -64,8 +65,16 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
   spec.seed = 7;
   const auto workload = support::make_paged_workload(spec);
   const DeviceArena arena(workload.buffers, workload.logits_bytes());
+  return measure_decode(context, workload, arena.pointers(), arena.logits());
+}
+
+}  // namespace
+
+Record measure_decode(const BenchContext& context, const support::PagedWorkload& workload,
+                      std::span<void* const> device_inputs, void* device_logits) {
+  const auto& spec = workload.spec;
   const Device gpu{DeviceType::kCUDA, 0};
-  const auto in = workload.inputs(arena.pointers(), gpu);
+  const auto in = workload.inputs(device_inputs, gpu);
 
   const int workers = get_num_sms();
   const auto rows = schedule_meta_rows(workers);
@@ -76,7 +85,7 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
     get_paged_mqa_logits_metadata(in.context_lens, spec.block_kv, workers, meta_view,
                                   in.options.indices, stream);
   };
-  const TensorView logits = workload.logits_view(arena.logits(), gpu);
+  const TensorView logits = workload.logits_view(device_logits, gpu);
   auto call = [&](cudaStream_t stream) {
     auto options = in.options;
     options.stream = stream;
@@ -85,13 +94,17 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
   };
 
   metadata(nullptr);
-  check(cudaMemset(arena.logits(), 0xff, workload.logits_bytes()), "poison logits");
+  check(cudaMemset(device_logits, 0xff, workload.logits_bytes()), "poison logits");
   call(nullptr);
   check(cudaDeviceSynchronize(), "decode call");
-  const auto host = arena.download_logits();
+  // Only the sampled rows come back: the whole output is gigabytes at large B x N x context.
   const auto sample = support::sample_rows(workload.num_rows, context.quick ? 4 : 8, 3);
+  const std::size_t element = dtype_size(spec.logits_dtype);
+  const auto host = download_rows(device_logits, workload.logits_bytes(), sample,
+                                  workload.layout.row_stride * element,
+                                  workload.layout.cols * element);
   const auto verdict =
-      support::verify_rows(workload, host.data(), sample, support::Operands::kQuantized);
+      support::verify_rows(workload, host.get(), sample, support::Operands::kQuantized);
   const Timing t = time_graph(call, 5, context.quick ? 10 : 40);
   const Timing meta_time = time_graph(metadata, 5, context.quick ? 10 : 40);
   cudaFree(meta);
@@ -121,8 +134,6 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
       .set("verified", verdict.ok)
       .set("oracle_diff", verdict.diff);
 }
-
-}  // namespace
 
 std::vector<Record> run_paged_bench(const BenchContext& context) {
   std::vector<Shape> shapes = {{64, 1, 32768, 64}, {64, 2, 32768, 64},  {64, 4, 32768, 64},

@@ -547,6 +547,35 @@ std::span<const std::int32_t> PrefillWorkload::k_end() const {
 
 // ---- paged -------------------------------------------------------------------------------------
 
+namespace {
+
+void store_context_lens(const PagedRows& rows, PagedWorkload& w) {
+  w.buffers[PagedWorkload::kContextLens] = make_buffer("context_lens", rows.lens.size() * 4);
+  std::memcpy(w.buffers[PagedWorkload::kContextLens].bytes.data(), rows.lens.data(),
+              rows.lens.size() * 4);
+}
+
+// Everything sized by the rows (B * N) rather than by the keys: queries, weights, output layout.
+void make_paged_queries(PagedWorkload& w) {
+  const PagedSpec& spec = w.spec;
+  const std::int64_t h = spec.num_heads;
+  w.buffers[PagedWorkload::kQ] = make_buffer("q", w.num_rows * h * w.token_bytes);
+  w.buffers[PagedWorkload::kQScales] =
+      make_buffer("q_scales", has_query_scales(spec.format) ? w.num_rows * h * 4 : 0);
+  make_queries(spec.format, spec.seed, w.num_rows, h, spec.head_dim, w.q_float,
+               w.buffers[PagedWorkload::kQ], w.buffers[PagedWorkload::kQScales]);
+
+  w.buffers[PagedWorkload::kWeights] =
+      make_buffer("weights", w.num_rows * h * dtype_size(spec.weights_dtype));
+  make_weights(spec.seed, w.num_rows, h, w.weights_float);
+  store_weights(w.weights_float, w.num_rows, h, h, spec.weights_dtype,
+                w.buffers[PagedWorkload::kWeights]);
+
+  w.layout = paged_mqa_logits_output_layout(w.num_rows, w.max_context_len, spec.logits_dtype);
+}
+
+}  // namespace
+
 PagedWorkload make_paged_workload(const PagedSpec& spec) {
   if (spec.varlen_indices && spec.next_n != 1) {
     throw std::invalid_argument("PagedSpec::next_n: expected 1 with varlen_indices");
@@ -557,7 +586,6 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
   PagedWorkload w;
   w.spec = spec;
   const std::int64_t n = spec.next_n;
-  const std::int64_t h = spec.num_heads;
   const std::int64_t d = spec.head_dim;
   const std::int64_t bkv = spec.block_kv;
   w.num_rows = spec.batch * n;
@@ -567,9 +595,7 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
   const PagedRows rows = paged_rows(spec);
   w.table_rows = rows.table_rows;
   w.buffers.resize(PagedWorkload::kNumSlots);
-  w.buffers[PagedWorkload::kContextLens] = make_buffer("context_lens", rows.lens.size() * 4);
-  std::memcpy(w.buffers[PagedWorkload::kContextLens].bytes.data(), rows.lens.data(),
-              rows.lens.size() * 4);
+  store_context_lens(rows, w);
   w.buffers[PagedWorkload::kIndices] = make_buffer("indices", rows.indices.size() * 4);
   std::memcpy(w.buffers[PagedWorkload::kIndices].bytes.data(), rows.indices.data(),
               rows.indices.size() * 4);
@@ -629,20 +655,36 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
     }
   });
 
-  w.buffers[PagedWorkload::kQ] = make_buffer("q", w.num_rows * h * w.token_bytes);
-  w.buffers[PagedWorkload::kQScales] =
-      make_buffer("q_scales", has_query_scales(spec.format) ? w.num_rows * h * 4 : 0);
-  make_queries(spec.format, spec.seed, w.num_rows, h, d, w.q_float,
-               w.buffers[PagedWorkload::kQ], w.buffers[PagedWorkload::kQScales]);
-
-  w.buffers[PagedWorkload::kWeights] =
-      make_buffer("weights", w.num_rows * h * dtype_size(spec.weights_dtype));
-  make_weights(spec.seed, w.num_rows, h, w.weights_float);
-  store_weights(w.weights_float, w.num_rows, h, h, spec.weights_dtype,
-                w.buffers[PagedWorkload::kWeights]);
-
-  w.layout = paged_mqa_logits_output_layout(w.num_rows, w.max_context_len, spec.logits_dtype);
+  make_paged_queries(w);
   return w;
+}
+
+void rewrite_next_n(PagedWorkload& workload, std::int64_t next_n) {
+  PagedWorkload& w = workload;
+  if (w.spec.varlen_indices || !w.spec.explicit_context_lens.empty() || next_n < 1) {
+    throw std::invalid_argument(
+        "rewrite_next_n: expected generated 2-D or 1-D context lengths and next_n >= 1");
+  }
+  w.spec.next_n = next_n;
+  w.num_rows = w.spec.batch * next_n;
+  const PagedRows rows = paged_rows(w.spec);
+  store_context_lens(rows, w);
+  // Every sequence's longest row is its drawn context whatever next_n is, so the blocks the table
+  // hands out (and the cache) stay right; checked rather than assumed.
+  const auto table = w.block_table();
+  std::int64_t longest = 0;
+  for (std::int64_t r = 0; r < w.num_rows; ++r) {
+    const std::int64_t len = std::max<std::int64_t>(0, w.context_length(r));
+    longest = std::max(longest, len);
+    const std::int64_t last_block = (len + w.spec.block_kv - 1) / w.spec.block_kv - 1;
+    const bool held = last_block < 0 || (last_block < w.max_blocks &&
+                                         table[w.table_row(r) * w.max_blocks + last_block] >= 0);
+    if (!held) {
+      throw std::logic_error("rewrite_next_n: a row needs a block the table does not hold");
+    }
+  }
+  if (w.spec.max_context_len <= 0) w.max_context_len = longest;
+  make_paged_queries(w);
 }
 
 PagedInputs PagedWorkload::inputs(std::span<void* const> p, Device device) const {

@@ -224,4 +224,10 @@ struct PagedWorkload {
 
 PagedWorkload make_paged_workload(const PagedSpec& spec);
 
+// Changes a generated workload's next_n in place, as make_paged_workload would have built it with
+// that next_n: every sequence's longest row is its drawn context for any N, so the block table
+// and the cache (the expensive part) stay; lengths, queries, weights and layout are rebuilt.
+// Throws std::invalid_argument for the varlen form or explicit context lengths.
+void rewrite_next_n(PagedWorkload& workload, std::int64_t next_n);
+
 }  // namespace mqa_logits::support
