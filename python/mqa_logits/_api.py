@@ -22,7 +22,7 @@ from ._arrays import (
     pair_of,
     place_of,
 )
-from ._errors import Vocabulary, in_callers_words
+from ._errors import Vocabulary
 
 __all__ = [
     "fp8_fp4_mqa_logits",
@@ -231,7 +231,7 @@ def _prefill(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
     width = as_int("max_seqlen_k", max_seqlen_k)
 
     place = place_of(q_operand.values)
-    with in_callers_words(words):
+    with words:
         layout = _C.mqa_logits_output_layout(
             q_operand.values.leading_size(1), kv_operand.values.leading_size(1), width, dtype)
         logits = place.logits(layout, dtype)
@@ -287,7 +287,7 @@ def get_mqa_logits_metadata(
     heads = as_int("num_heads", num_heads, bits=32)
 
     place = place_of(start)
-    with in_callers_words(_PREFILL_METADATA_WORDS):
+    with _PREFILL_METADATA_WORDS:
         rows = _C.schedule_meta_rows(_C.get_num_sms())
         out = place.output("schedule_meta", (rows, 2), DType.int32)
         with place.active():
@@ -341,7 +341,7 @@ def get_paged_mqa_logits_metadata(
     workers = as_int("num_sms", num_sms, bits=32)
 
     place = place_of(lens)
-    with in_callers_words(_PAGED_METADATA_WORDS):
+    with _PAGED_METADATA_WORDS:
         out = place.output("schedule_meta", (_C.schedule_meta_rows(workers), 2), DType.int32)
         with place.active():
             _C.get_paged_mqa_logits_metadata(lens.pair(), block, workers, out.pair(),
@@ -533,7 +533,7 @@ def _paged(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor, bloc
     clean = as_bool("clean_logits", clean_logits)
 
     place = place_of(q_operand.values)
-    with in_callers_words(words):
+    with words:
         layout = _C.paged_mqa_logits_output_layout(q_operand.values.leading_size(2), width,
                                                    dtype)
         logits = place.logits(layout, dtype)
@@ -591,7 +591,7 @@ def set_num_sms(new_num_sms: int) -> None:
         >>> deep_gemm.set_num_sms(default)
     """
     workers = as_int("new_num_sms", new_num_sms, bits=32)
-    with in_callers_words(_SET_NUM_SMS_WORDS):
+    with _SET_NUM_SMS_WORDS:
         _C.set_num_sms(workers)
 
 
