@@ -107,8 +107,9 @@ struct PrefillTiling {
   // ~2.5 us a block (~1100 instructions a query on warps of 32 registers), on top of the block's
   // Q load, which shorter blocks do not hide; they take the relu form (N = 128, FMNMX and
   // FFMA), ~20% slower a tile but never waiting for a fold. Measured on the window patterns
-  // (docs/perf-notes.md): 8 against 4 took packed 8 x 2048 from 375 to 322 us.
-  static constexpr int kFoldMinTiles = 8;
+  // (docs/perf-notes.md): 8 against 4 took packed 8 x 2048 from 375 to 322 us, 12 against 8
+  // to 305 us (square causal 8192^2 487 to 454 us).
+  static constexpr int kFoldMinTiles = 12;
   // What the query warps stage for the math warps with each Q buffer (BlockState): the block's
   // span, then per query group its weights, laid out so that lane l of a math warp reads its 32
   // (16 column pairs) as 8 float4 at row l % 4 of 4 rows (padded to spread the banks), into
