@@ -1,13 +1,13 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
-//   mqa-logits-bench [prefill|patterns|decode|decode-grid|all] [--quick] [--json FILE]
-//                    [--batch B,B,...]
+//   mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] [--quick]
+//                    [--json FILE] [--batch B,B,...]
 //
 // prefill: causal shapes; patterns: the prefill window patterns engines send; decode: paged
-// shapes; all (default): the three. decode-grid: the decode range engines send as a grid
-// (B 1..512 x context 1K..128K x next_n 1..8 x block_kv 32, 64; --quick: a subset); not part of
-// all, whose time budget is fixed. --batch: the grid's batch sizes replaced by these (to split
-// the grid over several runs).
+// shapes; host-cost: the host's time per call of the C++ API; all (default): the four.
+// decode-grid: the decode range engines send as a grid (B 1..512 x context 1K..128K x next_n
+// 1..8 x block_kv 32, 64; --quick: a subset); not part of all, whose time budget is fixed.
+// --batch: the grid's batch sizes replaced by these (to split the grid over several runs).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -25,8 +25,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: mqa-logits-bench [prefill|patterns|decode|decode-grid|all] [--quick] "
-               "[--json FILE] [--batch B,B,...]\n");
+               "usage: mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] "
+               "[--quick] [--json FILE] [--batch B,B,...]\n");
   return 2;
 }
 
@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   BenchContext context;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "decode-grid" ||
-        arg == "all") {
+    if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "host-cost" ||
+        arg == "decode-grid" || arg == "all") {
       suite = arg;
     } else if (arg == "--quick") {
       context.quick = true;
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
     run_suite("prefill", run_prefill_bench);
     run_suite("patterns", run_prefill_patterns_bench);
     run_suite("decode", run_paged_bench);
+    run_suite("host-cost", run_host_cost_bench);
     run_suite("decode-grid", run_paged_grid_bench, false);
     bool all_verified = true;
     for (const auto& r : records) all_verified = all_verified && std::get<bool>(r.at("verified"));

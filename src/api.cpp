@@ -1,10 +1,13 @@
 // The public entry points: validate, then hand the descriptor to the backend of its device.
 #include <atomic>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
+#include "input_checks.hpp"
 #include "metadata.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 #include "schedule.hpp"
@@ -38,20 +41,38 @@ OutputLayout padded_layout(std::int64_t rows, std::int64_t cols, DType logits_dt
   return {rows, cols, schedule::ceil_div(cols, row_unit) * row_unit};
 }
 
-void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
+// Whether a call checks its inputs (input_checks.hpp): as it asks, else the CPU backend does and
+// the CUDA backend does when MQA_LOGITS_CHECK_INPUTS=1 (read at the first call).
+bool checks_inputs(const std::optional<bool>& requested, const Device& device) {
+  static const bool from_environment = [] {
+    const char* value = std::getenv("MQA_LOGITS_CHECK_INPUTS");
+    return value != nullptr && std::string_view(value) == "1";
+  }();
+  return requested.value_or(device.type == DeviceType::kCPU || from_environment);
+}
+
+void launch_prefill(const PrefillProblem& problem, const std::optional<bool>& check_inputs,
+                    cudaStream_t stream) {
   if (problem.seq_len == 0 || problem.out_cols == 0) return;  // no output element to write
+  const bool check = checks_inputs(check_inputs, problem.device);
   if (on_cuda(problem.device)) {
+    if (check) cuda_backend::check_prefill_inputs(problem, stream);
     cuda_backend::run_prefill(problem, stream);
   } else {
+    if (check) input_checks::check_prefill(problem);
     cpu::run_prefill(problem, cpu_workers());
   }
 }
 
-void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
+void launch_paged(const PagedProblem& problem, const std::optional<bool>& check_inputs,
+                  cudaStream_t stream) {
   if (problem.batch * problem.next_n == 0 || problem.max_context_len == 0) return;
+  const bool check = checks_inputs(check_inputs, problem.device);
   if (on_cuda(problem.device)) {
+    if (check) cuda_backend::check_paged_inputs(problem, stream);
     cuda_backend::run_paged(problem, stream);
   } else {
+    if (check) input_checks::check_paged(problem, input_checks::host_paged_scales(problem));
     cpu::run_paged(problem, cpu_workers());
   }
 }
@@ -70,7 +91,7 @@ void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const Tenso
                 const TensorView& k_start, const TensorView& k_end, const TensorView& logits,
                 const MqaLogitsOptions& options) {
   launch_prefill(validate_prefill(q, kv, weights, k_start, k_end, logits, options),
-                 options.stream);
+                 options.check_inputs, options.stream);
 }
 
 OutputLayout paged_mqa_logits_output_layout(std::int64_t num_rows, std::int64_t max_context_len,
@@ -87,7 +108,7 @@ void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
                       const PagedMqaLogitsOptions& options) {
   launch_paged(validate_paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                               max_context_len, logits, options),
-               options.stream);
+               options.check_inputs, options.stream);
 }
 
 std::int64_t schedule_meta_rows(int num_sms) {
@@ -128,13 +149,14 @@ int get_num_sms() {
   const int configured = configured_num_sms.load(std::memory_order_relaxed);
   if (configured > 0) return configured;
   if (!cuda_backend::any_device()) return cpu_workers();
-  return cuda_backend::device_sm_count(cuda_backend::current_device());
+  return cuda_backend::device_limits(cuda_backend::current_device()).sm_count;
 }
 
 void set_num_sms(int num_sms) {
   const bool device = cuda_backend::any_device();
   const int current = device ? cuda_backend::current_device() : 0;
-  const int limit = device ? cuda_backend::device_sm_count(current) : kMaxWorkersWithoutDevice;
+  const int limit =
+      device ? cuda_backend::device_limits(current).sm_count : kMaxWorkersWithoutDevice;
   if (num_sms < 1 || num_sms > limit) {
     const std::string bound = device ? " (the SMs of cuda:" + std::to_string(current) + ")"
                                      : " (no CUDA device is visible)";

@@ -12,7 +12,7 @@ namespace mqa_logits::host {
 namespace {
 
 // Writes row k = (group, item within the group) of the first item of worker k, and row
-// `workers` = (number of groups, 0). A worker whose segment starts at the end of the list (more
+// `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the list (more
 // workers than items) gets the end row too.
 void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out) {
   std::int64_t total = 0;
@@ -33,6 +33,7 @@ void split_items(const std::vector<std::int64_t>& group_items, int workers, std:
     out[k * schedule::kMetaCols + 1] =
         static_cast<std::int32_t>(at_end ? 0 : begin - group_first_item);
   }
+  out[workers * schedule::kMetaCols + 1] = schedule::metadata_fingerprint(groups, total);
 }
 
 }  // namespace

@@ -13,8 +13,11 @@
 // splits, at least one per group.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group or block, item within it) of the first
-// item of worker k; row W = (number of groups or blocks, 0). With I items in all, worker k gets
-// items [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at most one.
+// item of worker k; row W = (number of groups or blocks, fingerprint), the fingerprint a digest
+// of the number of groups and items (metadata_fingerprint) that tells metadata computed for
+// other lengths or windows from the call's. With I items in all, worker k gets items
+// [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at most one.
+// The kernels read row W's first column only.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,17 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(std::int64_t lo, std:
 }
 MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;
+}
+
+// Row W's second column: a digest of the units and items the metadata splits, in [1, 2^31).
+MQA_HOST_DEVICE constexpr std::int32_t metadata_fingerprint(std::int64_t units,
+                                                            std::int64_t items) {
+  std::uint64_t x = static_cast<std::uint64_t>(units) * 0x9E3779B97F4A7C15ull ^
+                    static_cast<std::uint64_t>(items);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64's finalizer
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<std::int32_t>(x >> 33) | 1;
 }
 
 // The split of `total` items over `workers` workers, computed once: begin(k) is the first item

@@ -166,22 +166,22 @@ Placement::Placement(Arg first) : device_(first.view.device), first_name_(first.
 }
 
 void Placement::expect_usable_gpu(Arg first) const {
-  const std::string given = device_string(device_);
   const int count = cuda_backend::device_count();
   if (count == 0) {
     refuse(first.name, kBuiltWithCuda
-                           ? "expected a tensor on a visible CUDA device, got " + given +
-                                 " but no CUDA device is visible"
+                           ? "expected a tensor on a visible CUDA device, got " +
+                                 device_string(device_) + " but no CUDA device is visible"
                            : std::string("the tensor is on a CUDA device but this build of "
                                          "mqa_logits has no CUDA backend"));
   }
   if (device_.index < 0 || device_.index >= count) {
     refuse(first.name, "expected a CUDA device index in [0, " + std::to_string(count) +
-                           ") (the visible devices), got " + given);
+                           ") (the visible devices), got " + device_string(device_));
   }
-  const int capability = cuda_backend::device_compute_capability(device_.index);
+  const int capability = cuda_backend::device_limits(device_.index).compute_capability;
   if (capability < kMinComputeCapability) {
-    refuse(first.name, "expected a GPU of compute capability 9.0 or newer, got " + given +
+    refuse(first.name, "expected a GPU of compute capability 9.0 or newer, got " +
+                           device_string(device_) +
                            " of compute capability " + std::to_string(capability / 10) + "." +
                            std::to_string(capability % 10));
   }

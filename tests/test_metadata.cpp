@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "metadata.hpp"
+#include "schedule.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 
 namespace mqa_logits {
@@ -67,11 +68,12 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
   for (std::size_t g = 0; g < items.size(); ++g) first_item[g + 1] = first_item[g] + items[g];
   const std::int64_t total = first_item.back();
 
-  // List position of each row; (groups, 0) is the end of the list.
+  // List position of each row; (groups, 0) is the end of the list, (groups, fingerprint) in row
+  // `workers`.
   std::vector<std::int64_t> position(workers + 1);
   for (int k = 0; k <= workers; ++k) {
     const std::int64_t group = meta[2 * k];
-    const std::int64_t item = meta[2 * k + 1];
+    const std::int64_t item = k < workers ? meta[2 * k + 1] : 0;
     ASSERT_GE(group, 0);
     ASSERT_GE(item, 0);
     if (group == groups) {
@@ -83,7 +85,7 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
     position[k] = first_item[group] + item;
   }
   EXPECT_EQ(meta[2 * workers], groups);
-  EXPECT_EQ(meta[2 * workers + 1], 0);
+  EXPECT_EQ(meta[2 * workers + 1], schedule::metadata_fingerprint(groups, total));
   // Contiguous segments from the first item to the last cover every item exactly once...
   EXPECT_EQ(position[0], 0);
   EXPECT_EQ(position[workers], total);

@@ -48,6 +48,13 @@ struct MqaLogitsOptions {
   // Without it the CUDA kernel computes the same even split itself at the start of each call
   // (a pass over the windows, ~2-4 us); with it that is done once for calls sharing the windows.
   std::optional<TensorView> schedule_meta;
+  // Check the inputs whose values validation does not read (block ids, context lengths, varlen
+  // indices, key scales, windows against max_seqlen_k, schedule metadata) and refuse them with
+  // InvalidArgument. Unset: the backend's default. The CPU backend checks them; the CUDA backend
+  // does not (docs/contract.md says what such inputs give), unless the environment variable
+  // MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device checking copies them to the
+  // host and synchronizes the stream: a debugging mode. false on the CPU gives what the GPU gives.
+  std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };
 
@@ -74,6 +81,13 @@ struct PagedMqaLogitsOptions {
   // Varlen form ([B] int32, next_n = 1): row r reads block_table row indices[r]; consecutive
   // rows with equal indices belong to one sequence and share key loads.
   std::optional<TensorView> indices;
+  // Check the inputs whose values validation does not read (block ids, context lengths, varlen
+  // indices, key scales, windows against max_seqlen_k, schedule metadata) and refuse them with
+  // InvalidArgument. Unset: the backend's default. The CPU backend checks them; the CUDA backend
+  // does not (docs/contract.md says what such inputs give), unless the environment variable
+  // MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device checking copies them to the
+  // host and synchronizes the stream: a debugging mode. false on the CPU gives what the GPU gives.
+  std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };
 

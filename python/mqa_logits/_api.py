@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from . import _C
 from ._C import DType
@@ -11,18 +11,36 @@ from ._arrays import (
     INT32,
     KV_SCALES,
     Q_SCALES,
+    Accepted,
     WEIGHTS,
-    adapt,
-    adapt_optional,
     as_bool,
     as_int,
     byte_view,
+    describe,
+    describe_optional,
+    leading_size,
     logits_dtype_of,
+    new_array,
+    new_logits,
     operand,
-    pair_of,
-    place_of,
+    stream_of,
 )
 from ._errors import Vocabulary
+
+try:  # torch.compile traces the functions into torch custom ops (_torch_ops.py)
+    from torch.compiler import is_compiling as _compiling
+
+    from . import _torch_ops
+except ImportError:  # no torch: nothing compiles
+    _torch_ops = None
+
+    def _compiling() -> bool:
+        return False
+
+try:  # the torch fast path (python/src/torch_bindings.cpp), when built against this torch
+    from . import _torch_C
+except ImportError:
+    _torch_C = None
 
 __all__ = [
     "fp8_fp4_mqa_logits",
@@ -58,7 +76,9 @@ _PREFILL_METADATA_WORDS = Vocabulary({**_WINDOWS, "seq_len_kv": "num_kv_tokens"}
 _PAGED_METADATA_WORDS = Vocabulary({}, {})
 _SET_NUM_SMS_WORDS = Vocabulary({"num_sms": "new_num_sms"}, {"num_sms": "new_num_sms"})
 
-_FP8_WEIGHTS = (DType.float32,)
+_FP8_PREFILL_WEIGHTS = Accepted(DType.float32, reason="fp8_mqa_logits returns float32 logits")
+_FP8_PAGED_WEIGHTS = Accepted(DType.float32,
+                              reason="fp8_paged_mqa_logits returns float32 logits")
 
 
 def fp8_fp4_mqa_logits(
@@ -96,8 +116,9 @@ def fp8_fp4_mqa_logits(
         clean_logits: when True, every element outside a window is exactly ``-inf``; when False
             those elements are unspecified. Default True.
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
-            output whose element ``[i, c]`` is the logit of key ``start[i] + c`` (window
-            columns past the width are dropped). Default 0.
+            output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
+            widest window (the CPU backend and the checking mode refuse a narrower one; the GPU
+            drops window columns past the width). Default 0.
         logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
             ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
             (``numpy.float32`` without torch).
@@ -132,20 +153,24 @@ def fp8_fp4_mqa_logits(
         >>> q, q_scales = deep_gemm.quantize_fp8(rng.standard_normal((S, H * D)))
         >>> kv = deep_gemm.quantize_fp8(rng.standard_normal((T, D)))   # (values, scales)
         >>> weights = (rng.standard_normal((S, H)) * q_scales[:, None]).astype(np.float32)
-        >>> starts = np.zeros(S, np.int32)
         >>> ends = np.arange(T - S + 1, T + 1, dtype=np.int32)          # causal windows
+        >>> starts = ends - 3                                           # of 3 keys
         >>> logits = deep_gemm.fp8_fp4_mqa_logits(q.reshape(S, H, D), kv, weights, starts, ends)
         >>> logits.shape, logits.dtype
         ((4, 6), dtype('float32'))
-        >>> bool(np.isneginf(logits[0, 3:]).all()), bool(np.isfinite(logits[3]).all())
+        >>> bool(np.isneginf(logits[0, 3:]).all()), bool(np.isfinite(logits[3, 3:]).all())
         (True, True)
         >>> q4 = deep_gemm.quantize_mxfp4(rng.standard_normal((S, H, D)))   # MXFP4 pairs
         >>> kv4 = deep_gemm.quantize_mxfp4(rng.standard_normal((T, D)))
-        >>> deep_gemm.fp8_fp4_mqa_logits(q4, kv4, weights, starts, ends, max_seqlen_k=2).shape
-        (4, 2)
+        >>> deep_gemm.fp8_fp4_mqa_logits(q4, kv4, weights, starts, ends, max_seqlen_k=3).shape
+        (4, 3)
     """
+    if _compiling():
+        return _torch_ops.fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start,
+                                             cu_seq_len_k_end, clean_logits, max_seqlen_k,
+                                             logits_dtype, schedule_meta)
     return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
-                    max_seqlen_k, logits_dtype_of(logits_dtype), schedule_meta, WEIGHTS, "",
+                    max_seqlen_k, logits_dtype_of(logits_dtype), schedule_meta, WEIGHTS,
                     _PREFILL_WORDS)
 
 
@@ -179,7 +204,8 @@ def fp8_mqa_logits(
         clean_logits: when True, every element outside a window is exactly ``-inf``; when False
             those elements are unspecified. Default True.
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
-            output whose element ``[i, c]`` is the logit of key ``start[i] + c``. Default 0.
+            output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
+            widest window. Default 0.
 
     Returns:
         float32 logits ``[S, T]`` (or ``[S, max_seqlen_k]``) on q's device and of q's framework:
@@ -212,34 +238,40 @@ def fp8_mqa_logits(
         >>> bool(np.isneginf(logits[0, 3:]).all())
         True
     """
+    if _compiling():
+        return _torch_ops.fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                                         clean_logits, max_seqlen_k)
     return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
-                    max_seqlen_k, DType.float32, None, _FP8_WEIGHTS,
-                    "fp8_mqa_logits returns float32 logits", _FP8_PREFILL_WORDS)
+                    max_seqlen_k, DType.float32, None, _FP8_PREFILL_WEIGHTS, _FP8_PREFILL_WORDS)
 
 
 def _prefill(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
              cu_seq_len_k_end: Tensor, clean_logits: Any, max_seqlen_k: Any, dtype: DType,
-             schedule_meta: Optional[Tensor], weights_accepted: Sequence[DType],
-             weights_reason: str, words: Vocabulary) -> Tensor:
-    q_operand = operand("q", q, Q_SCALES)
-    kv_operand = operand("kv", kv, KV_SCALES)
-    weights_array = adapt("weights", weights, weights_accepted, weights_reason)
-    start = adapt("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
-    end = adapt("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
-    meta = adapt_optional("schedule_meta", schedule_meta, INT32)
+             schedule_meta: Optional[Tensor], weights_accepted: Accepted,
+             words: Vocabulary) -> Tensor:
+    if _torch_C is not None:
+        with words:
+            logits = _torch_C.mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                                         clean_logits, max_seqlen_k, dtype, schedule_meta,
+                                         weights_accepted is not WEIGHTS)
+        if logits is not None:
+            return logits
+    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
+    _, kv_array, kv_scales = operand("kv", kv, KV_SCALES)
+    weights_array = describe("weights", weights, weights_accepted)
+    start = describe("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
+    end = describe("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
+    meta = describe_optional("schedule_meta", schedule_meta, INT32)
     clean = as_bool("clean_logits", clean_logits)
     width = as_int("max_seqlen_k", max_seqlen_k)
 
-    place = place_of(q_operand.values)
     with words:
-        layout = _C.mqa_logits_output_layout(
-            q_operand.values.leading_size(1), kv_operand.values.leading_size(1), width, dtype)
-        logits = place.logits(layout, dtype)
-        with place.active():
-            _C.mqa_logits(q_operand.pair(), kv_operand.pair(), weights_array.pair(),
-                          start.pair(), end.pair(), logits.pair(), clean, width, pair_of(meta),
-                          place.stream())
-    return logits.user
+        layout = _C.mqa_logits_output_layout(leading_size(q_array, 1), leading_size(kv_array, 1),
+                                             width, dtype)
+        logits, logits_array = new_logits(q_values, layout, dtype)
+        _C.mqa_logits(q_array, q_scales, kv_array, kv_scales, weights_array, start, end,
+                      logits_array, clean, width, meta, stream_of(q_array))
+    return logits
 
 
 def get_mqa_logits_metadata(
@@ -281,19 +313,25 @@ def get_mqa_logits_metadata(
         >>> meta.shape == (deep_gemm.get_num_sms() + 1, 2), meta.dtype
         (True, dtype('int32'))
     """
-    start = adapt("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
-    end = adapt("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
+    if _compiling():
+        return _torch_ops.get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end,
+                                                  num_kv_tokens, num_heads)
+    if _torch_C is not None:
+        with _PREFILL_METADATA_WORDS:
+            out = _torch_C.get_mqa_logits_metadata(cu_seq_len_k_start, cu_seq_len_k_end,
+                                                   num_kv_tokens, num_heads)
+        if out is not None:
+            return out
+    start = describe("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
+    end = describe("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
     seq_len_kv = as_int("num_kv_tokens", num_kv_tokens)
     heads = as_int("num_heads", num_heads, bits=32)
 
-    place = place_of(start)
     with _PREFILL_METADATA_WORDS:
         rows = _C.schedule_meta_rows(_C.get_num_sms())
-        out = place.output("schedule_meta", (rows, 2), DType.int32)
-        with place.active():
-            _C.get_mqa_logits_metadata(start.pair(), end.pair(), seq_len_kv, heads, out.pair(),
-                                       place.stream())
-    return out.user
+        out, out_array = new_array(cu_seq_len_k_start, (rows, 2), (2, 1), DType.int32)
+        _C.get_mqa_logits_metadata(start, end, seq_len_kv, heads, out_array, stream_of(start))
+    return out
 
 
 def get_paged_mqa_logits_metadata(
@@ -335,18 +373,24 @@ def get_paged_mqa_logits_metadata(
         >>> meta.shape == (deep_gemm.get_num_sms() + 1, 2), meta.dtype
         (True, dtype('int32'))
     """
-    lens = adapt("context_lens", context_lens, INT32)
-    indices_array = adapt_optional("indices", indices, INT32)
+    if _compiling():
+        return _torch_ops.get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices)
+    if _torch_C is not None:
+        with _PAGED_METADATA_WORDS:
+            out = _torch_C.get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices)
+        if out is not None:
+            return out
+    lens = describe("context_lens", context_lens, INT32)
+    indices_array = describe_optional("indices", indices, INT32)
     block = as_int("block_kv", block_kv, bits=32)
     workers = as_int("num_sms", num_sms, bits=32)
 
-    place = place_of(lens)
     with _PAGED_METADATA_WORDS:
-        out = place.output("schedule_meta", (_C.schedule_meta_rows(workers), 2), DType.int32)
-        with place.active():
-            _C.get_paged_mqa_logits_metadata(lens.pair(), block, workers, out.pair(),
-                                             pair_of(indices_array), place.stream())
-    return out.user
+        rows = _C.schedule_meta_rows(workers)
+        out, out_array = new_array(context_lens, (rows, 2), (2, 1), DType.int32)
+        _C.get_paged_mqa_logits_metadata(lens, block, workers, out_array, indices_array,
+                                         stream_of(lens))
+    return out
 
 
 def fp8_fp4_paged_mqa_logits(
@@ -432,9 +476,13 @@ def fp8_fp4_paged_mqa_logits(
         >>> logits.shape, [int(np.isfinite(row).sum()) for row in logits]
         ((4, 128), [99, 100, 39, 40])
     """
+    if _compiling():
+        return _torch_ops.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens,
+                                                   block_table, schedule_meta, max_context_len,
+                                                   clean_logits, logits_dtype, indices)
     return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                   max_context_len, clean_logits, logits_dtype_of(logits_dtype), indices,
-                  WEIGHTS, "", _PAGED_WORDS)
+                  WEIGHTS, _PAGED_WORDS)
 
 
 def fp8_paged_mqa_logits(
@@ -513,35 +561,41 @@ def fp8_paged_mqa_logits(
         >>> logits.shape, [int(np.isfinite(row).sum()) for row in logits]
         ((2, 80), [70, 5])
     """
+    if _compiling():
+        return _torch_ops.fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
+                                               schedule_meta, max_context_len, clean_logits,
+                                               indices)
     return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                  max_context_len, clean_logits, DType.float32, indices, _FP8_WEIGHTS,
-                  "fp8_paged_mqa_logits returns float32 logits", _FP8_PAGED_WORDS)
+                  max_context_len, clean_logits, DType.float32, indices, _FP8_PAGED_WEIGHTS,
+                  _FP8_PAGED_WORDS)
 
 
 def _paged(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor, block_table: Tensor,
            schedule_meta: Tensor, max_context_len: Any, clean_logits: Any, dtype: DType,
-           indices: Optional[Tensor], weights_accepted: Sequence[DType], weights_reason: str,
-           words: Vocabulary) -> Tensor:
-    q_operand = operand("q", q, Q_SCALES)
+           indices: Optional[Tensor], weights_accepted: Accepted, words: Vocabulary) -> Tensor:
+    if _torch_C is not None:
+        with words:
+            logits = _torch_C.paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
+                                               schedule_meta, max_context_len, clean_logits,
+                                               dtype, indices, weights_accepted is not WEIGHTS)
+        if logits is not None:
+            return logits
+    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
     cache = byte_view("kv_cache", kv_cache)
-    weights_array = adapt("weights", weights, weights_accepted, weights_reason)
-    lens = adapt("context_lens", context_lens, INT32)
-    table = adapt("block_table", block_table, INT32)
-    meta = adapt("schedule_meta", schedule_meta, INT32)
-    indices_array = adapt_optional("indices", indices, INT32)
+    weights_array = describe("weights", weights, weights_accepted)
+    lens = describe("context_lens", context_lens, INT32)
+    table = describe("block_table", block_table, INT32)
+    meta = describe("schedule_meta", schedule_meta, INT32)
+    indices_array = describe_optional("indices", indices, INT32)
     width = as_int("max_context_len", max_context_len)
     clean = as_bool("clean_logits", clean_logits)
 
-    place = place_of(q_operand.values)
     with words:
-        layout = _C.paged_mqa_logits_output_layout(q_operand.values.leading_size(2), width,
-                                                   dtype)
-        logits = place.logits(layout, dtype)
-        with place.active():
-            _C.paged_mqa_logits(q_operand.pair(), cache.pair(), weights_array.pair(),
-                                lens.pair(), table.pair(), meta.pair(), width, logits.pair(),
-                                clean, pair_of(indices_array), place.stream())
-    return logits.user
+        layout = _C.paged_mqa_logits_output_layout(leading_size(q_array, 2), width, dtype)
+        logits, logits_array = new_logits(q_values, layout, dtype)
+        _C.paged_mqa_logits(q_array, q_scales, cache, weights_array, lens, table, meta, width,
+                            logits_array, clean, indices_array, stream_of(q_array))
+    return logits
 
 
 def get_num_sms() -> int:
@@ -561,6 +615,8 @@ def get_num_sms() -> int:
         >>> deep_gemm.get_num_sms() >= 1
         True
     """
+    if _compiling():
+        return _torch_ops.get_num_sms()
     return _C.get_num_sms()
 
 

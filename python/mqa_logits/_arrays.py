@@ -1,17 +1,21 @@
-"""Framework adaptation: torch tensors and numpy arrays in, ``(array, DType)`` pairs out.
+"""Framework adaptation: torch tensors and numpy arrays in, array descriptors out.
 
-Arrays cross into the extension through DLPack. float8 and bfloat16 have no DLPack type code in
-every framework (numpy has none at all), so every array crosses as a view of a plain type of the
-same size, and its element type (:class:`mqa_logits._C.DType`) travels beside it. Outputs are
-allocated with the framework and on the device of a reference input, and CUDA work is queued on
-that framework's current stream.
+Every array crosses into the extension as a descriptor, the tuple
+
+    (data_ptr, DType, shape, strides in elements, device: -1 host or the CUDA ordinal)
+
+A descriptor of a torch tensor costs five attribute reads (~0.5 us); a DLPack capsule costs
+~3 us per array, which made a call's host time 4-6x the reference's. float8 and bfloat16 have no
+type code in every framework (numpy has none at all), so the element type
+(:class:`mqa_logits._C.DType`) is part of the descriptor. The caller's arrays stay referenced for
+the whole call, so the pointers stay valid. Outputs are allocated with the framework and on the
+device of a reference input, and CUDA work is queued on that framework's current stream.
 """
 
 from __future__ import annotations
 
-import contextlib
 import operator
-from typing import Any, ContextManager, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -28,13 +32,10 @@ try:
 except ImportError:
     ml_dtypes = None
 
-# Accepted element types per kind of argument.
-BYTES = (DType.float8_e4m3, DType.uint8, DType.int8)
-Q_SCALES = (DType.int32,)
-KV_SCALES = (DType.float32, DType.int32)
-WEIGHTS = (DType.float32, DType.bfloat16)
-INT32 = (DType.int32,)
-LOGITS = (DType.float32, DType.bfloat16)
+# A descriptor (see the module's docstring) and its fields.
+Descriptor = Tuple[int, DType, Tuple[int, ...], Tuple[int, ...], int]
+DATA, DTYPE, SHAPE, STRIDES, DEVICE = range(5)
+HOST = -1
 
 # Element type names as the frameworks spell them, for messages and for `logits_dtype`.
 _NAMES = {
@@ -51,45 +52,42 @@ DEFAULT_LOGITS_DTYPE: Any = torch.float32 if torch is not None else np.float32
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 _INT64_RANGE = (-(2**63), 2**63 - 1)
 
-# Framework dtype -> (element type, same-sized carrier dtype to cross as, or None if it crosses
-# as itself).
-_Entry = Tuple[DType, Any]
 
-
-def _torch_dtypes() -> Dict[Any, _Entry]:
+def _torch_dtypes() -> Dict[Any, DType]:
     table = {
-        torch.float8_e4m3fn: (DType.float8_e4m3, torch.uint8),
-        torch.uint8: (DType.uint8, None),
-        torch.int8: (DType.int8, None),
-        torch.int32: (DType.int32, None),
-        torch.float32: (DType.float32, None),
-        torch.bfloat16: (DType.bfloat16, torch.int16),
+        torch.float8_e4m3fn: DType.float8_e4m3,
+        torch.uint8: DType.uint8,
+        torch.int8: DType.int8,
+        torch.int32: DType.int32,
+        torch.float32: DType.float32,
+        torch.bfloat16: DType.bfloat16,
     }
     packed_fp4 = getattr(torch, "float4_e2m1fn_x2", None)  # two e2m1 per byte, as MXFP4 stores
     if packed_fp4 is not None:
-        table[packed_fp4] = (DType.uint8, torch.uint8)
+        table[packed_fp4] = DType.uint8
     return table
 
 
-def _numpy_dtypes() -> Dict[Any, _Entry]:
+def _numpy_dtypes() -> Dict[Any, DType]:
     table = {
-        np.dtype(np.uint8): (DType.uint8, None),
-        np.dtype(np.int8): (DType.int8, None),
-        np.dtype(np.int32): (DType.int32, None),
-        np.dtype(np.float32): (DType.float32, None),
+        np.dtype(np.uint8): DType.uint8,
+        np.dtype(np.int8): DType.int8,
+        np.dtype(np.int32): DType.int32,
+        np.dtype(np.float32): DType.float32,
     }
     if ml_dtypes is not None:
-        table[np.dtype(ml_dtypes.float8_e4m3fn)] = (DType.float8_e4m3, np.uint8)
-        table[np.dtype(ml_dtypes.bfloat16)] = (DType.bfloat16, np.uint16)
+        table[np.dtype(ml_dtypes.float8_e4m3fn)] = DType.float8_e4m3
+        table[np.dtype(ml_dtypes.bfloat16)] = DType.bfloat16
     return table
 
 
+_Tensor: Any = torch.Tensor if torch is not None else ()
 _TORCH_DTYPES = _torch_dtypes() if torch is not None else {}
 _NUMPY_DTYPES = _numpy_dtypes()
 
 # Element type -> framework dtype, for the outputs the library writes.
-_TORCH_OUTPUTS = ({DType.float32: torch.float32, DType.bfloat16: torch.bfloat16,
-                   DType.int32: torch.int32} if torch is not None else {})
+TORCH_OUTPUTS = ({DType.float32: torch.float32, DType.bfloat16: torch.bfloat16,
+                  DType.int32: torch.int32} if torch is not None else {})
 _NUMPY_OUTPUTS = {DType.float32: np.dtype(np.float32), DType.int32: np.dtype(np.int32)}
 if ml_dtypes is not None:
     _NUMPY_OUTPUTS[DType.bfloat16] = np.dtype(ml_dtypes.bfloat16)
@@ -99,96 +97,85 @@ def _names(dtypes: Iterable[DType]) -> str:
     return " or ".join(_NAMES[d] for d in dtypes)
 
 
-class Array(NamedTuple):
-    """A caller's array, its element type, and the view of it that crosses into the extension."""
+class Accepted:
+    """The element types an argument accepts, looked up per framework dtype in one step."""
 
-    user: Any
-    dtype: DType
-    carrier: Any
+    __slots__ = ("dtypes", "torch", "numpy", "reason")
 
-    def pair(self) -> Tuple[Any, DType]:
-        return (self.carrier, self.dtype)
+    def __init__(self, *dtypes: DType, reason: str = ""):
+        self.dtypes = dtypes
+        self.torch = {key: d for key, d in _TORCH_DTYPES.items() if d in dtypes}
+        self.numpy = {key: d for key, d in _NUMPY_DTYPES.items() if d in dtypes}
+        self.reason = reason  # why the others are refused, for the message
 
-    def leading_size(self, dims: int) -> int:
-        """Product of the first `dims` extents; 0 when there are fewer (validation reports it)."""
-        shape = self.user.shape
-        if len(shape) < dims:
-            return 0
-        size = 1
-        for extent in shape[:dims]:
-            size *= int(extent)
-        return size
+    def refuse(self, name: str, dtype_name: str) -> TypeError:
+        why = f" ({self.reason})" if self.reason else ""
+        return TypeError(f"{name}: expected dtype {_names(self.dtypes)}{why}, got {dtype_name}")
 
 
-def _framework_entry(name: str, x: Any) -> Tuple[Any, Optional[_Entry], str]:
-    """(the array ready to cross, its dtype entry or None if unsupported, its dtype's name)."""
-    if torch is not None and isinstance(x, torch.Tensor):
-        if x.device.type not in ("cpu", "cuda"):
+BYTES = Accepted(DType.float8_e4m3, DType.uint8, DType.int8)
+Q_SCALES = Accepted(DType.int32)
+KV_SCALES = Accepted(DType.float32, DType.int32)
+WEIGHTS = Accepted(DType.float32, DType.bfloat16)
+INT32 = Accepted(DType.int32)
+
+
+def describe(name: str, x: Any, accepted: Accepted) -> Descriptor:
+    """`x`'s descriptor; TypeError when its element type is not accepted."""
+    if isinstance(x, _Tensor):
+        dtype = accepted.torch.get(x.dtype)
+        if dtype is None:
+            raise accepted.refuse(name, str(x.dtype).replace("torch.", ""))
+        if x.is_cuda:
+            device = x.get_device()
+        elif x.is_cpu:
+            device = HOST
+        else:
             raise ValueError(f"{name}: expected a CPU or CUDA tensor, got device {x.device}")
-        return x.detach(), _TORCH_DTYPES.get(x.dtype), str(x.dtype).replace("torch.", "")
+        return (x.data_ptr(), dtype, x.shape, x.stride(), device)
     if isinstance(x, np.ndarray):
         if not x.dtype.isnative:
-            return x, None, f"{x.dtype.name} (non-native byte order)"
-        return x, _NUMPY_DTYPES.get(x.dtype), x.dtype.name
+            raise accepted.refuse(name, f"{x.dtype.name} (non-native byte order)")
+        dtype = accepted.numpy.get(x.dtype)
+        if dtype is None:
+            raise accepted.refuse(name, x.dtype.name)
+        return _numpy_descriptor(name, x, dtype)
     raise TypeError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
-def _dense_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
-    """Strides (in units of `itemsize`: bytes for numpy, 1 for torch's element strides) of a
-    row-major array, counting an empty dim as one element, as torch does."""
-    strides = []
-    step = itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(int(extent), 1)
-    return tuple(reversed(strides))
+def _numpy_descriptor(name: str, x: np.ndarray, dtype: DType) -> Descriptor:
+    itemsize = x.itemsize
+    if any(stride % itemsize for stride in x.strides):
+        raise ValueError(f"{name}: expected strides that are multiples of the element size "
+                         f"({itemsize} bytes), got {x.strides} bytes")
+    strides = tuple(stride // itemsize for stride in x.strides)
+    return (x.__array_interface__["data"][0], dtype, x.shape, strides, HOST)
 
 
-def _empty_carrier(x: Any) -> Any:
-    """numpy 2 gives every dim of an empty array the stride 0 (and torch.from_numpy keeps it),
-    which reads as a non-contiguous last dim or overlapping rows: an empty array with a zero
-    stride crosses with row-major strides instead. No element is ever addressed through it."""
-    if isinstance(x, np.ndarray):
-        if x.size != 0 or 0 not in x.strides:
-            return x
-        return np.lib.stride_tricks.as_strided(x, x.shape, _dense_strides(x.shape, x.itemsize),
-                                               writeable=x.flags.writeable)
-    if x.numel() != 0 or 0 not in x.stride():
-        return x
-    return x.as_strided(x.shape, _dense_strides(x.shape, 1))
+def describe_optional(name: str, x: Any, accepted: Accepted) -> Optional[Descriptor]:
+    return None if x is None else describe(name, x, accepted)
 
 
-def adapt(name: str, x: Any, accepted: Sequence[DType], reason: str = "") -> Array:
-    """Check `x`'s element type against `accepted` (TypeError) and make its crossing view."""
-    x, entry, dtype_name = _framework_entry(name, x)
-    if entry is None or entry[0] not in accepted:
-        why = f" ({reason})" if reason else ""
-        raise TypeError(f"{name}: expected dtype {_names(accepted)}{why}, got {dtype_name}")
-    dtype, carrier_dtype = entry
-    carrier = x if carrier_dtype is None else x.view(carrier_dtype)
-    return Array(x, dtype, _empty_carrier(carrier))
+def retyped(descriptor: Descriptor, dtype: DType) -> Descriptor:
+    """The same array read as another element type of the same size."""
+    return (descriptor[DATA], dtype, descriptor[SHAPE], descriptor[STRIDES], descriptor[DEVICE])
 
 
-def adapt_optional(name: str, x: Any, accepted: Sequence[DType]) -> Optional[Array]:
-    return None if x is None else adapt(name, x, accepted)
+def leading_size(descriptor: Descriptor, dims: int) -> int:
+    """Product of the first `dims` extents; 0 when there are fewer (validation reports it)."""
+    shape = descriptor[SHAPE]
+    if len(shape) < dims:
+        return 0
+    size = 1
+    for extent in shape[:dims]:
+        size *= int(extent)
+    return size
 
 
-def pair_of(array: Optional[Array]) -> Optional[Tuple[Any, DType]]:
-    return None if array is None else array.pair()
-
-
-class Operand(NamedTuple):
-    """A quantized operand: values and, depending on the format, scales."""
-
-    values: Array
-    scales: Optional[Array]
-
-    def pair(self) -> Tuple[Tuple[Any, DType], Optional[Tuple[Any, DType]]]:
-        return (self.values.pair(), pair_of(self.scales))
-
-
-def operand(name: str, x: Any, scales_accepted: Sequence[DType]) -> Operand:
-    """A tensor, or a ``(values, scales)`` pair whose scales may be None.
+def operand(name: str, x: Any,
+            scales_accepted: Accepted) -> Tuple[Any, Descriptor, Optional[Descriptor]]:
+    """A tensor, or a ``(values, scales)`` pair whose scales may be None: (the values array,
+    its descriptor, the scales' descriptor or None).
 
     The format follows from the element types: float8_e4m3fn values are FP8 (no scales, or fp32
     key scales) or MXFP8 (int32 scales); byte values (uint8/int8) with int32 scales are packed
@@ -202,11 +189,12 @@ def operand(name: str, x: Any, scales_accepted: Sequence[DType]) -> Operand:
         values, scales = x
     else:
         values, scales = x, None
-    values_array = adapt(name, values, BYTES)
-    scales_array = adapt_optional(scales_name(name), scales, scales_accepted)
-    if scales_array is None or scales_array.dtype == DType.float32:
-        values_array = values_array._replace(dtype=DType.float8_e4m3)
-    return Operand(values_array, scales_array)
+    values_descriptor = describe(name, values, BYTES)
+    scales_descriptor = describe_optional(scales_name(name), scales, scales_accepted)
+    if (values_descriptor[DTYPE] is not DType.float8_e4m3 and
+            (scales_descriptor is None or scales_descriptor[DTYPE] is DType.float32)):
+        values_descriptor = retyped(values_descriptor, DType.float8_e4m3)
+    return values, values_descriptor, scales_descriptor
 
 
 def scales_name(name: str) -> str:
@@ -214,9 +202,9 @@ def scales_name(name: str) -> str:
     return f"{name}: scales ({name}[1])"
 
 
-def byte_view(name: str, x: Any) -> Array:
+def byte_view(name: str, x: Any) -> Descriptor:
     """Any 1-byte array as raw bytes (the fused KV cache, however the caller typed it)."""
-    return adapt(name, x, BYTES)._replace(dtype=DType.uint8)
+    return retyped(describe(name, x, BYTES), DType.uint8)
 
 
 def as_int(name: str, value: Any, bits: int = 64) -> int:
@@ -231,7 +219,9 @@ def as_int(name: str, value: Any, bits: int = 64) -> int:
 
 
 def as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, (bool, np.bool_)):
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
         return bool(value)
     raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
 
@@ -247,100 +237,64 @@ def logits_dtype_of(value: Any) -> DType:
             name = np.dtype(value).name
         except TypeError:
             name = repr(value)
-    for dtype in LOGITS:
+    for dtype in (DType.float32, DType.bfloat16):
         if _NAMES[dtype] == name:
             return dtype
     raise TypeError(f"logits_dtype: expected float32 or bfloat16, got {name}")
 
 
-class Place:
-    """Where a call's outputs live and its work runs: a reference input's framework and device."""
-
-    def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
-        raise NotImplementedError
-
-    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
-                      dtype: DType) -> Any:
-        """An array with no element (a zero in `shape`) and these element strides."""
-        raise NotImplementedError
-
-    def stream(self) -> int:
-        """The CUDA stream handle to queue work on (0: host arrays)."""
+def stream_of(descriptor: Descriptor) -> int:
+    """The CUDA stream to queue work on: torch's current stream of the array's device (0 for
+    host arrays)."""
+    device = descriptor[DEVICE]
+    if device == HOST:
         return 0
-
-    def active(self) -> ContextManager[Any]:
-        """Makes the place's device current while the library runs."""
-        return contextlib.nullcontext()
-
-    def output(self, name: str, shape: Tuple[int, int], dtype: DType) -> Array:
-        return adapt(name, self.empty(shape, dtype), (dtype,))
-
-    def logits(self, layout: Tuple[int, int, int], dtype: DType) -> Array:
-        """Logits of the library's layout: a [rows, cols] view of a [rows, row_stride] buffer.
-
-        Logits with no element (no row or no column) keep a row stride of one padded row (1024
-        bytes): a framework's own strides of an empty array (one element, or numpy's zeros) are
-        not what the validation of device outputs accepts (rows 16-byte aligned)."""
-        rows, cols, row_stride = layout
-        if rows == 0 or cols == 0:
-            row_unit = _C.paged_mqa_logits_output_layout(1, 1, dtype)[2]
-            buffer = self.empty_strided((rows, cols), (max(row_stride, row_unit), 1), dtype)
-            return adapt("logits", buffer, (dtype,))
-        buffer = self.empty((rows, row_stride), dtype)
-        return adapt("logits", buffer[:, :cols], (dtype,))
+    return torch._C._cuda_getCurrentRawStream(device)
 
 
-class _TorchPlace(Place):
-    def __init__(self, device: Any) -> None:
-        self.device = device
-
-    def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
-        return torch.empty(shape, dtype=_TORCH_OUTPUTS[dtype], device=self.device)
-
-    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
-                      dtype: DType) -> Any:
-        return torch.empty_strided(shape, strides, dtype=_TORCH_OUTPUTS[dtype],
-                                   device=self.device)
-
-    def stream(self) -> int:
-        if self.device.type != "cuda":
-            return 0
-        return torch.cuda.current_stream(self.device).cuda_stream
-
-    def active(self) -> ContextManager[Any]:
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        return torch.cuda.device(self.device)
+def new_array(like: Any, shape: Tuple[int, ...], strides: Tuple[int, ...],
+              dtype: DType) -> Tuple[Any, Descriptor]:
+    """An uninitialized output of `like`'s framework and device, with these element strides,
+    and its descriptor."""
+    if isinstance(like, _Tensor):
+        array = torch.empty_strided(shape, strides, dtype=TORCH_OUTPUTS[dtype],
+                                    device=like.device)
+        device = array.get_device() if array.is_cuda else HOST
+        return array, (array.data_ptr(), dtype, shape, strides, device)
+    array = _numpy_empty_strided(shape, strides, dtype)
+    return array, (array.__array_interface__["data"][0], dtype, shape, strides, HOST)
 
 
-class _NumpyPlace(Place):
-    # Rows start at multiples of the row stride (1024 bytes) from a base this aligned.
-    _ALIGNMENT = 256
+def new_logits(like: Any, layout: Tuple[int, int, int], dtype: DType) -> Tuple[Any, Descriptor]:
+    """Logits of the library's layout: [rows, cols] with rows `row_stride` elements apart.
 
-    def empty(self, shape: Tuple[int, int], dtype: DType) -> Any:
-        numpy_dtype = self._numpy_dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        nbytes = count * numpy_dtype.itemsize
-        raw = np.empty(nbytes + self._ALIGNMENT, dtype=np.uint8)
-        offset = -raw.ctypes.data % self._ALIGNMENT
-        return raw[offset:offset + nbytes].view(numpy_dtype).reshape(shape)
+    Logits with no element (no row or no column) keep a row stride of one padded row (1024
+    bytes): a framework's own strides of an empty array (one element, or numpy's zeros) are
+    not what the validation of device outputs accepts (rows 16-byte aligned)."""
+    rows, cols, row_stride = layout
+    if rows == 0 or cols == 0:
+        row_stride = max(row_stride, _C.paged_mqa_logits_output_layout(1, 1, dtype)[2])
+    return new_array(like, (rows, cols), (row_stride, 1), dtype)
 
-    def empty_strided(self, shape: Tuple[int, int], strides: Tuple[int, int],
-                      dtype: DType) -> Any:
-        numpy_dtype = self._numpy_dtype(dtype)
+
+# numpy outputs start at a multiple of this many bytes (rows then start at multiples of the
+# row stride, 1024 bytes, from it).
+_NUMPY_ALIGNMENT = 256
+
+
+def _numpy_empty_strided(shape: Tuple[int, ...], strides: Tuple[int, ...],
+                         dtype: DType) -> np.ndarray:
+    numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
+    if numpy_dtype is None:
+        raise TypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
+                        "package (pip install ml_dtypes)")
+    if 0 in shape:
         byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
         return np.lib.stride_tricks.as_strided(np.empty(0, numpy_dtype), shape, byte_strides)
-
-    @staticmethod
-    def _numpy_dtype(dtype: DType) -> Any:
-        numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
-        if numpy_dtype is None:
-            raise TypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
-                            "package (pip install ml_dtypes)")
-        return numpy_dtype
-
-
-def place_of(array: Array) -> Place:
-    if torch is not None and isinstance(array.user, torch.Tensor):
-        return _TorchPlace(array.user.device)
-    return _NumpyPlace()
+    count = 1 + sum((extent - 1) * stride for extent, stride in zip(shape, strides))
+    nbytes = count * numpy_dtype.itemsize
+    raw = np.empty(nbytes + _NUMPY_ALIGNMENT, dtype=np.uint8)
+    offset = -raw.ctypes.data % _NUMPY_ALIGNMENT
+    buffer = raw[offset:offset + nbytes].view(numpy_dtype)
+    byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
+    return np.lib.stride_tricks.as_strided(buffer, shape, byte_strides)

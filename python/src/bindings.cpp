@@ -1,22 +1,24 @@
-// mqa_logits._C: the C++ API over DLPack arrays.
+// mqa_logits._C: the C++ API over array descriptors.
 //
 // This layer is deliberately thin. The Python package (python/mqa_logits/) adapts framework
-// tensors to it: it names the element type of every array, allocates outputs with the caller's
-// framework and passes the framework's current CUDA stream. Element types travel beside the array
-// because float8 and bfloat16 have no DLPack type code in every framework (numpy has none at all):
-// such arrays cross as same-sized integer views, and only the byte size is checked here.
+// arrays to it: it describes every array as a tuple
+//
+//     (data_ptr, DType, shape, strides, device)
+//
+// with strides in elements and device -1 for host memory or the CUDA ordinal, allocates outputs
+// with the caller's framework and passes the framework's current CUDA stream. A descriptor costs
+// a few attribute reads of a torch tensor, where a DLPack capsule costs microseconds per array;
+// the caller keeps the arrays alive for the call. Element types travel in the descriptor because
+// float8 and bfloat16 have no DLPack type code in every framework (numpy has none at all).
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <tuple>
-#include <utility>
 
+#include "api_table.hpp"
 #include "mqa_logits/errors.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 #include "mqa_logits/tensor.hpp"
@@ -26,68 +28,53 @@ namespace ml = mqa_logits;
 
 namespace {
 
-// An array and the element type it holds. Inputs may be read-only; outputs must be writable.
-using Input = std::pair<nb::ndarray<nb::ro>, ml::DType>;
-using Output = std::pair<nb::ndarray<>, ml::DType>;
-// A quantized operand: values and, depending on the format, scales.
-using Operand = std::pair<Input, std::optional<Input>>;
 using Layout = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
 
-ml::Device device_of(int dlpack_device_type, int device_id, const std::string& name) {
-  switch (dlpack_device_type) {
-    case nb::device::cpu::value:
-    case nb::device::cuda_host::value:  // pinned host memory: host code reads it directly
-      return {ml::DeviceType::kCPU, 0};
-    case nb::device::cuda::value:
-    case nb::device::cuda_managed::value:
-      return {ml::DeviceType::kCUDA, device_id};
-    default:
-      throw ml::InvalidArgument(name, "expected a CPU or CUDA array, got DLPack device type " +
-                                          std::to_string(dlpack_device_type));
+// Fields of a descriptor tuple.
+constexpr std::size_t kData = 0, kDType = 1, kShape = 2, kStrides = 3, kDevice = 4, kFields = 5;
+
+// A descriptor's shape or strides: a tuple (torch.Size is one) of at most kMaxRank ints.
+nb::tuple extents_of(nb::handle extents, const char* name) {
+  if (!nb::isinstance<nb::tuple>(extents) || nb::len(extents) > ml::kMaxRank) {
+    throw ml::InvalidArgument(name, "expected at most " + std::to_string(ml::kMaxRank) +
+                                        " dimensions, got " + nb::str(extents).c_str());
   }
+  return nb::borrow<nb::tuple>(extents);
 }
 
-template <typename... Flags>
-ml::TensorView to_view(const nb::ndarray<Flags...>& array, ml::DType dtype,
-                       const std::string& name) {
-  if (array.ndim() > static_cast<std::size_t>(ml::kMaxRank)) {
-    throw ml::InvalidArgument(name, "expected at most " + std::to_string(ml::kMaxRank) +
-                                        " dimensions, got " + std::to_string(array.ndim()));
+ml::TensorView view_of(nb::handle descriptor, const char* name) {
+  if (!nb::isinstance<nb::tuple>(descriptor) || nb::len(descriptor) != kFields) {
+    throw ml::InvalidArgument(name, "expected an array descriptor of 5 fields");
   }
-  if (array.itemsize() != ml::dtype_size(dtype)) {
-    throw nb::type_error((name + ": " + ml::dtype_name(dtype) + " elements take " +
-                          std::to_string(ml::dtype_size(dtype)) + " bytes, the array's take " +
-                          std::to_string(array.itemsize()))
-                             .c_str());
+  const auto fields = nb::borrow<nb::tuple>(descriptor);
+  const nb::tuple shape = extents_of(fields[kShape], name);
+  const nb::tuple strides = extents_of(fields[kStrides], name);
+  const std::size_t rank = shape.size();
+  if (strides.size() != rank) {
+    throw ml::InvalidArgument(name, "expected as many strides as dimensions");
   }
   ml::TensorView view;
-  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = dtype;
-  view.rank = static_cast<int>(array.ndim());
-  for (std::size_t d = 0; d < array.ndim(); ++d) {
-    view.shape[d] = static_cast<std::int64_t>(array.shape(d));
-    view.strides[d] = array.stride(d);
+  view.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(fields[kData]));
+  view.dtype = nb::cast<ml::DType>(fields[kDType]);
+  view.rank = static_cast<int>(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    view.shape[d] = nb::cast<std::int64_t>(shape[d]);
+    view.strides[d] = nb::cast<std::int64_t>(strides[d]);
   }
-  view.device = device_of(array.device_type(), array.device_id(), name);
+  const int device = nb::cast<int>(fields[kDevice]);
+  view.device = device < 0 ? ml::Device{ml::DeviceType::kCPU, 0}
+                           : ml::Device{ml::DeviceType::kCUDA, device};
   return view;
 }
 
-ml::TensorView input_view(const Input& input, const std::string& name) {
-  return to_view(input.first, input.second, name);
+std::optional<ml::TensorView> optional_view(nb::handle descriptor, const char* name) {
+  if (descriptor.is_none()) return std::nullopt;
+  return view_of(descriptor, name);
 }
 
-ml::TensorView output_view(const Output& output, const std::string& name) {
-  return to_view(output.first, output.second, name);
-}
-
-std::optional<ml::TensorView> optional_view(const std::optional<Input>& input,
-                                            const std::string& name) {
-  if (!input) return std::nullopt;
-  return input_view(*input, name);
-}
-
-ml::QuantizedTensor quantized(const Operand& operand, const std::string& name) {
-  return {input_view(operand.first, name), optional_view(operand.second, name + "_scales")};
+ml::QuantizedTensor quantized(nb::handle values, nb::handle scales, const char* name,
+                              const char* scales_name) {
+  return {view_of(values, name), optional_view(scales, scales_name)};
 }
 
 cudaStream_t to_stream(std::uintptr_t handle) { return reinterpret_cast<cudaStream_t>(handle); }
@@ -96,16 +83,16 @@ Layout to_tuple(const ml::OutputLayout& layout) {
   return {layout.rows, layout.cols, layout.row_stride};
 }
 
-void prefill_logits(const Operand& q, const Operand& kv, const Input& weights,
-                    const Input& k_start, const Input& k_end, const Output& logits,
-                    bool clean_logits, std::int64_t max_seqlen_k,
-                    const std::optional<Input>& schedule_meta, std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, "q");
-  const ml::QuantizedTensor kv_view = quantized(kv, "kv");
-  const ml::TensorView weights_view = input_view(weights, "weights");
-  const ml::TensorView start_view = input_view(k_start, "cu_seq_len_k_start");
-  const ml::TensorView end_view = input_view(k_end, "cu_seq_len_k_end");
-  const ml::TensorView logits_view = output_view(logits, "logits");
+void prefill_logits(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle kv_scales,
+                    nb::handle weights, nb::handle k_start, nb::handle k_end, nb::handle logits,
+                    bool clean_logits, std::int64_t max_seqlen_k, nb::handle schedule_meta,
+                    std::uintptr_t stream) {
+  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
+  const ml::QuantizedTensor kv_view = quantized(kv, kv_scales, "kv", "kv_scales");
+  const ml::TensorView weights_view = view_of(weights, "weights");
+  const ml::TensorView start_view = view_of(k_start, "cu_seq_len_k_start");
+  const ml::TensorView end_view = view_of(k_end, "cu_seq_len_k_end");
+  const ml::TensorView logits_view = view_of(logits, "logits");
   ml::MqaLogitsOptions options;
   options.clean_logits = clean_logits;
   options.max_seqlen_k = max_seqlen_k;
@@ -116,17 +103,17 @@ void prefill_logits(const Operand& q, const Operand& kv, const Input& weights,
   ml::mqa_logits(q_view, kv_view, weights_view, start_view, end_view, logits_view, options);
 }
 
-void paged_logits(const Operand& q, const Input& kv_cache, const Input& weights,
-                  const Input& context_lens, const Input& block_table, const Input& schedule_meta,
-                  std::int64_t max_context_len, const Output& logits, bool clean_logits,
-                  const std::optional<Input>& indices, std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, "q");
-  const ml::TensorView cache_view = input_view(kv_cache, "kv_cache");
-  const ml::TensorView weights_view = input_view(weights, "weights");
-  const ml::TensorView lens_view = input_view(context_lens, "context_lens");
-  const ml::TensorView table_view = input_view(block_table, "block_table");
-  const ml::TensorView meta_view = input_view(schedule_meta, "schedule_meta");
-  const ml::TensorView logits_view = output_view(logits, "logits");
+void paged_logits(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::handle weights,
+                  nb::handle context_lens, nb::handle block_table, nb::handle schedule_meta,
+                  std::int64_t max_context_len, nb::handle logits, bool clean_logits,
+                  nb::handle indices, std::uintptr_t stream) {
+  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
+  const ml::TensorView cache_view = view_of(kv_cache, "kv_cache");
+  const ml::TensorView weights_view = view_of(weights, "weights");
+  const ml::TensorView lens_view = view_of(context_lens, "context_lens");
+  const ml::TensorView table_view = view_of(block_table, "block_table");
+  const ml::TensorView meta_view = view_of(schedule_meta, "schedule_meta");
+  const ml::TensorView logits_view = view_of(logits, "logits");
   ml::PagedMqaLogitsOptions options;
   options.clean_logits = clean_logits;
   options.indices = optional_view(indices, "indices");
@@ -137,10 +124,10 @@ void paged_logits(const Operand& q, const Input& kv_cache, const Input& weights,
                        max_context_len, logits_view, options);
 }
 
-void paged_metadata(const Input& context_lens, int block_kv, int num_sms, const Output& out,
-                    const std::optional<Input>& indices, std::uintptr_t stream) {
-  const ml::TensorView lens_view = input_view(context_lens, "context_lens");
-  const ml::TensorView out_view = output_view(out, "schedule_meta");
+void paged_metadata(nb::handle context_lens, int block_kv, int num_sms, nb::handle out,
+                    nb::handle indices, std::uintptr_t stream) {
+  const ml::TensorView lens_view = view_of(context_lens, "context_lens");
+  const ml::TensorView out_view = view_of(out, "schedule_meta");
   const std::optional<ml::TensorView> indices_view = optional_view(indices, "indices");
 
   nb::gil_scoped_release release;
@@ -148,16 +135,79 @@ void paged_metadata(const Input& context_lens, int block_kv, int num_sms, const 
                                     to_stream(stream));
 }
 
-void prefill_metadata(const Input& k_start, const Input& k_end, std::int64_t seq_len_kv,
-                      int num_heads, const Output& out, std::uintptr_t stream) {
-  const ml::TensorView start_view = input_view(k_start, "cu_seq_len_k_start");
-  const ml::TensorView end_view = input_view(k_end, "cu_seq_len_k_end");
-  const ml::TensorView out_view = output_view(out, "schedule_meta");
+void prefill_metadata(nb::handle k_start, nb::handle k_end, std::int64_t seq_len_kv,
+                      int num_heads, nb::handle out, std::uintptr_t stream) {
+  const ml::TensorView start_view = view_of(k_start, "cu_seq_len_k_start");
+  const ml::TensorView end_view = view_of(k_end, "cu_seq_len_k_end");
+  const ml::TensorView out_view = view_of(out, "schedule_meta");
 
   nb::gil_scoped_release release;
   ml::get_mqa_logits_metadata(start_view, end_view, seq_len_kv, num_heads, out_view,
                               to_stream(stream));
 }
+
+// ---- the API table (api_table.hpp) ----
+
+thread_local std::string table_message;
+
+// Runs f(), turning what it throws into a Status and a message.
+template <typename F>
+ml::python::Status guarded(F&& f) noexcept {
+  try {
+    f();
+    return ml::python::Status::kOk;
+  } catch (const ml::InvalidArgument& error) {
+    table_message = error.what();
+    return ml::python::Status::kInvalidArgument;
+  } catch (const std::exception& error) {
+    table_message = error.what();
+    return ml::python::Status::kCudaError;
+  }
+}
+
+const ml::python::ApiTable api_table{
+    ml::python::kApiTableVersion,
+    [](std::int64_t seq_len, std::int64_t seq_len_kv, std::int64_t max_seqlen_k,
+       ml::DType logits_dtype, ml::OutputLayout* layout) {
+      return guarded([&] {
+        *layout = ml::mqa_logits_output_layout(seq_len, seq_len_kv, max_seqlen_k, logits_dtype);
+      });
+    },
+    [](std::int64_t num_rows, std::int64_t max_context_len, ml::DType logits_dtype,
+       ml::OutputLayout* layout) {
+      return guarded([&] {
+        *layout = ml::paged_mqa_logits_output_layout(num_rows, max_context_len, logits_dtype);
+      });
+    },
+    [](const ml::QuantizedTensor& q, const ml::QuantizedTensor& kv, const ml::TensorView& weights,
+       const ml::TensorView& k_start, const ml::TensorView& k_end, const ml::TensorView& logits,
+       const ml::MqaLogitsOptions& options) {
+      return guarded([&] { ml::mqa_logits(q, kv, weights, k_start, k_end, logits, options); });
+    },
+    [](const ml::QuantizedTensor& q, const ml::TensorView& kv_cache, const ml::TensorView& weights,
+       const ml::TensorView& context_lens, const ml::TensorView& block_table,
+       const ml::TensorView& schedule_meta, std::int64_t max_context_len,
+       const ml::TensorView& logits, const ml::PagedMqaLogitsOptions& options) {
+      return guarded([&] {
+        ml::paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                             max_context_len, logits, options);
+      });
+    },
+    [](const ml::TensorView& context_lens, int block_kv, int num_sms, const ml::TensorView& out,
+       const std::optional<ml::TensorView>& indices, cudaStream_t stream) {
+      return guarded([&] {
+        ml::get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, out, indices, stream);
+      });
+    },
+    [](const ml::TensorView& k_start, const ml::TensorView& k_end, std::int64_t seq_len_kv,
+       int num_heads, const ml::TensorView& out, cudaStream_t stream) {
+      return guarded([&] {
+        ml::get_mqa_logits_metadata(k_start, k_end, seq_len_kv, num_heads, out, stream);
+      });
+    },
+    [](int* num_sms) { return guarded([&] { *num_sms = ml::get_num_sms(); }); },
+    [] { return table_message.c_str(); },
+};
 
 void translate_exceptions(const std::exception_ptr& exception, void*) {
   try {
@@ -173,7 +223,7 @@ void translate_exceptions(const std::exception_ptr& exception, void*) {
 
 NB_MODULE(_C, m) {
   m.doc() =
-      "Low-level bindings of the mqa_logits C++ library over DLPack arrays. Use the functions of "
+      "Low-level bindings of the mqa_logits C++ library over array descriptors. Use the functions of "
       "the `mqa_logits` package instead: they allocate outputs and pick the CUDA stream.";
   m.attr("__version__") = MQA_LOGITS_VERSION;
   nb::register_exception_translator(translate_exceptions);
@@ -206,15 +256,17 @@ NB_MODULE(_C, m) {
   m.def("schedule_meta_rows", &ml::schedule_meta_rows, nb::arg("num_sms"),
         "Rows of schedule metadata for num_sms workers (num_sms + 1).");
 
-  m.def("mqa_logits", &prefill_logits, nb::arg("q"), nb::arg("kv"), nb::arg("weights"),
-        nb::arg("cu_seq_len_k_start"), nb::arg("cu_seq_len_k_end"), nb::arg("logits"),
+  m.def("mqa_logits", &prefill_logits, nb::arg("q"), nb::arg("q_scales").none(), nb::arg("kv"),
+        nb::arg("kv_scales").none(), nb::arg("weights"), nb::arg("cu_seq_len_k_start"),
+        nb::arg("cu_seq_len_k_end"), nb::arg("logits"),
         nb::arg("clean_logits"), nb::arg("max_seqlen_k"), nb::arg("schedule_meta").none(),
         nb::arg("stream"),
-        "Prefill logits into the preallocated `logits`. Each array is an (array, DType) pair; "
-        "q and kv are (values, scales-or-None) pairs of those; `stream` is a cudaStream_t as an "
-        "integer (0 for host arrays or the default stream).");
-  m.def("paged_mqa_logits", &paged_logits, nb::arg("q"), nb::arg("kv_cache"),
-        nb::arg("weights"), nb::arg("context_lens"), nb::arg("block_table"),
+        "Prefill logits into the preallocated `logits`. Each array is a descriptor (data_ptr, "
+        "DType, shape, strides in elements, device: -1 host or the CUDA ordinal), scales and "
+        "metadata may be None; `stream` is a cudaStream_t as an integer (0 for host arrays or "
+        "the default stream).");
+  m.def("paged_mqa_logits", &paged_logits, nb::arg("q"), nb::arg("q_scales").none(),
+        nb::arg("kv_cache"), nb::arg("weights"), nb::arg("context_lens"), nb::arg("block_table"),
         nb::arg("schedule_meta"), nb::arg("max_context_len"), nb::arg("logits"),
         nb::arg("clean_logits"), nb::arg("indices").none(), nb::arg("stream"),
         "Decode logits over a paged KV cache into the preallocated `logits`.");
@@ -225,6 +277,13 @@ NB_MODULE(_C, m) {
         nb::arg("cu_seq_len_k_end"), nb::arg("seq_len_kv"), nb::arg("num_heads"), nb::arg("out"),
         nb::arg("stream"), "Prefill schedule metadata into `out` (int32 [get_num_sms() + 1, 2]).");
 
+  m.def(
+      "api_table",
+      [] {
+        return nb::capsule(static_cast<const void*>(&api_table), ml::python::kApiTableName);
+      },
+      "The C++ API as a capsule of a table of functions (api_table.hpp), for the package's "
+      "torch extension.");
   m.def("get_num_sms", &ml::get_num_sms,
         "SMs (CPU: worker threads) the kernels may use; the device's count unless set.");
   m.def("set_num_sms", &ml::set_num_sms, nb::arg("new_num_sms"),

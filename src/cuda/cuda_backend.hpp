@@ -19,13 +19,24 @@ bool any_device();
 // Visible CUDA devices: 0 without the backend, or when the driver reports none (or fails).
 int device_count();
 int current_device();
-int device_sm_count(int device);
-int device_compute_capability(int device);  // major * 10 + minor
+
+struct DeviceLimits {
+  int sm_count = 0;
+  int compute_capability = 0;  // major * 10 + minor
+  int smem_optin = 0;          // bytes of shared memory a block may opt in to
+};
+// The limits of visible device `device`, queried once per process.
+const DeviceLimits& device_limits(int device);
 
 // Throws InvalidArgument naming `argument` unless `ptr` is device (or managed) memory of `device`.
 void require_device_pointer(const void* ptr, int device, const char* argument);
 // Throws InvalidArgument naming `argument` if `ptr` is device memory (a host pointer is needed).
 void require_host_pointer(const void* ptr, const char* argument);
+
+// The checking mode (input_checks.hpp): copies the inputs the checks read to the host,
+// synchronizing `stream`, and runs the CPU backend's checks on them.
+void check_prefill_inputs(const PrefillProblem& problem, cudaStream_t stream);
+void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream);
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream);
 void run_paged(const PagedProblem& problem, cudaStream_t stream);

@@ -1,6 +1,9 @@
 // Device queries and pointer checks of the CUDA backend (the host side of validation).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
+#include <mutex>
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
@@ -11,6 +14,7 @@ namespace mqa_logits::cuda_backend {
 namespace {
 
 constexpr int kHopperComputeCapability = 90;
+constexpr int kMaxDevices = 64;
 
 std::string device_label(int device) { return "cuda:" + std::to_string(device); }
 
@@ -39,13 +43,17 @@ std::string describe_memory(const cudaPointerAttributes& attributes) {
 }  // namespace
 
 int device_count() {
-  int count = 0;
-  // A missing or broken driver means no usable device, not an error: the CPU backend must keep
-  // working on such machines. The failure is cleared so it does not surface elsewhere.
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return 0;
-  }
+  // Counted once: the visible devices do not change while a process runs. A missing or broken
+  // driver means no usable device, not an error: the CPU backend must keep working on such
+  // machines. The failure is cleared so it does not surface elsewhere.
+  static const int count = [] {
+    int visible = 0;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return 0;
+    }
+    return std::min(visible, kMaxDevices);
+  }();
   return count;
 }
 
@@ -54,7 +62,7 @@ bool any_device() { return device_count() > 0; }
 bool available() {
   const int count = device_count();
   for (int device = 0; device < count; ++device) {
-    if (device_compute_capability(device) == kHopperComputeCapability) return true;
+    if (device_limits(device).compute_capability == kHopperComputeCapability) return true;
   }
   return false;
 }
@@ -65,17 +73,27 @@ int current_device() {
   return device;
 }
 
-int device_sm_count(int device) {
-  return device_attribute(cudaDevAttrMultiProcessorCount, device,
-                          "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)");
-}
-
-int device_compute_capability(int device) {
-  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, device,
-                                     "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
-  const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor, device,
-                                     "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMinor)");
-  return major * 10 + minor;
+const DeviceLimits& device_limits(int device) {
+  // Queried on first use of each device, then read: a call's host time must not pay ~1 us per
+  // attribute.
+  static std::array<DeviceLimits, kMaxDevices> limits;
+  static std::array<std::once_flag, kMaxDevices> queried;
+  if (device < 0 || device >= device_count()) {
+    throw CudaError("device_limits: no visible CUDA device " + std::to_string(device));
+  }
+  std::call_once(queried[device], [device] {
+    const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, device,
+                                       "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
+    const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor, device,
+                                       "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMinor)");
+    limits[device] = {
+        device_attribute(cudaDevAttrMultiProcessorCount, device,
+                         "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)"),
+        major * 10 + minor,
+        device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device,
+                         "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)")};
+  });
+  return limits[device];
 }
 
 void require_device_pointer(const void* ptr, int device, const char* argument) {

@@ -4,10 +4,13 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
+#include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
 #include "mqa_logits/errors.hpp"
 
@@ -34,6 +37,23 @@ void with_instance(int head_dim, int num_heads, F&& f) {
     default: break;
   }
   throw InvalidArgument("q", "expected head dim 32, 64 or 128, got " + std::to_string(head_dim));
+}
+
+// Lets `kernel` take all the dynamic shared memory a block may opt in to on the current device
+// (less its static shared memory). The limit belongs to the kernel on each device and setting it
+// costs about a microsecond, so it is set on the first launch on a device only: `devices` is the
+// kernel's own record of the devices done, one bit each.
+template <typename... Params>
+void allow_all_dynamic_smem(void (*kernel)(Params...), std::atomic<std::uint64_t>& devices,
+                            const char* name) {
+  const int device = current_device();
+  const std::uint64_t bit = std::uint64_t{1} << device;
+  if ((devices.load(std::memory_order_acquire) & bit) != 0) return;
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, kernel), name);
+  const auto bytes = device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
+  devices.fetch_or(bit, std::memory_order_release);
 }
 
 // Launches `kernel` with programmatic dependent launch allowed: its prologue may run while the

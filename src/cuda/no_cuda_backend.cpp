@@ -24,13 +24,14 @@ bool available() { return false; }
 bool any_device() { return false; }
 int device_count() { return 0; }
 int current_device() { no_device("cudaGetDevice"); }
-int device_sm_count(int) { no_device("cudaDeviceGetAttribute"); }
-int device_compute_capability(int) { no_device("cudaDeviceGetAttribute"); }
+const DeviceLimits& device_limits(int) { no_device("cudaDeviceGetAttribute"); }
 
 // Without the backend no memory can be device memory, so there is nothing to check.
 void require_device_pointer(const void*, int, const char*) {}
 void require_host_pointer(const void*, const char*) {}
 
+void check_prefill_inputs(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
+void check_paged_inputs(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_paged(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 

@@ -80,11 +80,7 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
 template <int D, int H, int kMmaRows>
 void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   namespace paged = sm90::paged;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  int smem_optin = 0;
-  check_cuda(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+  const int smem_optin = device_limits(current_device()).smem_optin;
   // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
   constexpr std::uint32_t kAlignmentSlack = 1024;
   const auto budget = static_cast<std::uint32_t>(smem_optin) - kAlignmentSlack;
@@ -96,8 +92,8 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
 
   auto* kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
   const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-             "cudaFuncSetAttribute(paged_logits_kernel)");
+  static std::atomic<std::uint64_t> configured_devices{0};
+  allow_all_dynamic_smem(kernel, configured_devices, "cudaFuncSetAttribute(paged_logits_kernel)");
 
   // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
   launch_programmatic(kernel, dim3(static_cast<unsigned>(problem.schedule_workers)),

@@ -5,8 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/dispatch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/prefill_kernel.cuh"
 #include "mqa_logits/mqa_logits.hpp"
@@ -71,9 +74,8 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   const int grid =
       problem.schedule_meta != nullptr ? problem.schedule_workers : get_num_sms();
   auto* kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Tiling::kSmemBytes),
-             "cudaFuncSetAttribute(prefill_logits_kernel)");
+  static std::atomic<std::uint64_t> configured_devices{0};
+  allow_all_dynamic_smem(kernel, configured_devices, "cudaFuncSetAttribute(prefill_logits_kernel)");
   kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
   check_cuda(cudaGetLastError(), "prefill_logits_kernel launch");
 }

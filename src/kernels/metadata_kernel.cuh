@@ -138,6 +138,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
       }
       offset = pos - unit_first;
     }
+    if (k == workers) offset = schedule::metadata_fingerprint(count, total);
     out[(k - first_row) * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
     out[(k - first_row) * schedule::kMetaCols + 1] = static_cast<std::int32_t>(offset);
   }

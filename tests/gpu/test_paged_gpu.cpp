@@ -71,7 +71,9 @@ TensorView meta_view(void* data, int workers, Device device) {
   return TensorView::contiguous(data, DType::kInt32, {schedule_meta_rows(workers), 2}, device);
 }
 
-// One case on both backends. The CPU runs with clean_logits so that -inf marks the windows.
+// One case on both backends. The CPU runs with clean_logits so that -inf marks the windows, and
+// without its input checks: what the GPU gives for inputs it does not check (invalid block ids,
+// lengths past the table or max_context_len).
 class PagedCase {
  public:
   PagedCase(const PagedSpec& spec, const Variation& variation)
@@ -96,6 +98,7 @@ class PagedCase {
   std::vector<std::byte> cpu_logits() {
     auto in = workload_.host_inputs();
     in.options.clean_logits = true;
+    in.options.check_inputs = false;
     in.block_table = table_view(table_.entries.data(), workload_, table_, {});
     host_meta_.assign(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2, -7);
     const TensorView meta = meta_view(host_meta_.data(), workers_, {});
@@ -108,9 +111,10 @@ class PagedCase {
   }
 
   // Device metadata, then the kernel on a poisoned (NaN) output.
-  std::vector<std::byte> gpu_logits() {
+  std::vector<std::byte> gpu_logits(std::optional<bool> check_inputs = {}) {
     out_.poison();
     auto in = workload_.inputs(device_.pointers, kGpu);
+    in.options.check_inputs = check_inputs;
     in.block_table = table_view(device_table_.data(), workload_, table_, kGpu);
     const TensorView meta = meta_view(device_meta_.data(), workers_, kGpu);
     get_paged_mqa_logits_metadata(in.context_lens, workload_.spec.block_kv, workers_, meta,
@@ -129,6 +133,7 @@ class PagedCase {
     return meta;
   }
   const std::vector<std::int32_t>& host_metadata() const { return host_meta_; }
+  std::vector<std::byte> output() const { return out_.download(); }
 
  private:
   PagedWorkload workload_;
@@ -484,6 +489,35 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
 }
 
 // ---- compact cases for compute-sanitizer (memcheck, racecheck, synccheck) ------------------
+
+// The checking mode refuses what the CPU backend refuses, naming the argument, before any kernel
+// writes (the poisoned output stays as it was), and passes valid inputs to the same logits.
+TEST_F(PagedGpu, CheckingModeRefusesWhatTheCpuRefuses) {
+  const auto untouched = [](const std::vector<std::byte>& out) {
+    return std::all_of(out.begin(), out.end(), [](std::byte b) { return b == std::byte{0xff}; });
+  };
+  const auto expect_refusal = [&](PagedCase& c, const std::string& argument) {
+    try {
+      c.gpu_logits(true);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << argument;
+    } catch (const InvalidArgument& error) {
+      EXPECT_EQ(error.argument(), argument) << error.what();
+    }
+    EXPECT_TRUE(untouched(c.output()));
+  };
+  PagedSpec s = base_spec(41);
+  s.next_n = 2;
+  PagedCase invalid_blocks(s, {.invalid_every = 3});
+  expect_refusal(invalid_blocks, "block_table");
+  s.batch = 2;
+  s.lens_2d = true;
+  s.explicit_context_lens = {70, 10, -3, 50};
+  PagedCase negative_length(s, {});
+  expect_refusal(negative_length, "context_lens");
+
+  PagedCase valid(base_spec(42), {});
+  EXPECT_EQ(valid.gpu_logits(true), valid.gpu_logits());
+}
 
 // Every code path once, small: TMA and cp.async keys, block_kv 32 and 64, one and two MMA chunks,
 // a chunk's MMA in two parts, varlen groups, invalid block ids, clean and unclean, bf16 output.

@@ -3,6 +3,7 @@
 // GPU is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -20,11 +21,14 @@ using support::PrefillSpec;
 using support::PrefillWorkload;
 using support::WindowKind;
 
-// The CPU backend's logits, always with clean_logits so that -inf marks the windows exactly.
+// The CPU backend's logits, always with clean_logits so that -inf marks the windows exactly, and
+// without its input checks: what the GPU gives for inputs it does not check (a compressed output
+// narrower than a window).
 std::vector<std::byte> cpu_logits(const PrefillWorkload& workload) {
   std::vector<std::byte> out(workload.logits_bytes());
   auto in = workload.host_inputs();
   in.options.clean_logits = true;
+  in.options.check_inputs = false;
   mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data()), in.options);
   return out;
 }
@@ -364,6 +368,36 @@ TEST_P(PrefillPatterns, ScheduledEqualsUnscheduledAndMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Gpu, PrefillPatterns, ::testing::ValuesIn(pattern_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The checking mode refuses a compressed output narrower than a window, as the CPU backend does,
+// before any kernel writes; valid inputs give the same logits as without it.
+TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
+  auto spec = edge(100, 700, WindowKind::kCausal, 21);
+  for (const std::int64_t width : {64, 700}) {  // causal windows reach 700 keys
+    spec.max_seqlen_k = width;
+    const auto workload = support::make_prefill_workload(spec);
+    const auto device = gpu_test::upload(workload.buffers);
+    DeviceBuffer out(workload.logits_bytes());
+    out.poison();
+    auto in = workload.inputs(device.pointers, kGpu);
+    in.options.check_inputs = true;
+    const auto call = [&] {
+      mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end,
+                 workload.logits_view(out.data(), kGpu), in.options);
+      gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    };
+    if (width == 64) {
+      EXPECT_THROW(call(), InvalidArgument);
+      const auto bytes = out.download();
+      EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(),
+                              [](std::byte b) { return b == std::byte{0xff}; }));
+    } else {
+      call();
+      const auto checked = out.download();
+      EXPECT_EQ(checked, gpu_logits(workload, device, out));
+    }
+  }
+}
 
 // Compact cases for compute-sanitizer (memcheck, racecheck, synccheck): every code path once.
 TEST_F(PrefillGpu, CompactForSanitizer) {

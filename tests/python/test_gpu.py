@@ -4,6 +4,8 @@ stability (repeated calls, schedule metadata); torch's current stream and CUDA-g
 Skipped, with the reason printed, without torch, a CUDA GPU or the CUDA backend.
 """
 
+import time
+
 import numpy as np
 import pytest
 
@@ -220,3 +222,58 @@ def test_prefill_cuda_graph_capture(rng):
     graph.replay()
     torch.cuda.synchronize()
     assert_bitwise_equal(captured, expected)
+
+
+def test_host_time_per_call_stays_bounded(rng):
+    """A generous bound (bench/python/host_cost.py measures against the real bars), so that a
+    regression of the call path shows up: 400 tiny calls, one synchronize at the end."""
+    bound_us, calls = 50.0, 400
+    case = make_prefill(rng, "fp8", 64, 64, 128, 256)
+    args = case.api_args("torch", "cuda")
+    for _ in range(50):
+        mqa_logits.fp8_mqa_logits(**args, clean_logits=False)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        mqa_logits.fp8_mqa_logits(**args, clean_logits=False)
+    per_call_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    assert per_call_us < bound_us
+
+
+def test_documented_results_of_inputs_the_gpu_does_not_check(rng):
+    """Out-of-range block ids and indices give -inf keys, lengths are clamped to [0, what the
+    table addresses and max_context_len], negative key scales are used as given
+    (docs/contract.md); the CPU backend refuses them all (test_paged.py)."""
+    from test_paged import out_of_range_inputs
+    for case, _ in out_of_range_inputs(rng):
+        logits = paged_on(case, "cuda", clean_logits=True)
+        check_logits(as_numpy(logits), case.expected(), case.mask(), clean=True, bf16=False)
+
+
+CHECKING_MODE_SCRIPT = """
+import numpy as np, mqa_logits
+from test_paged import out_of_range_inputs
+from test_gpu import paged_on
+for case, argument in out_of_range_inputs(np.random.default_rng(5)):
+    try:
+        paged_on(case, "cuda", clean_logits=True)
+        print("accepted")
+    except ValueError as error:
+        print(str(error).split(":")[0])
+"""
+
+
+def test_checking_mode_refuses_them_on_the_gpu(rng):
+    """MQA_LOGITS_CHECK_INPUTS=1: the same refusals as the CPU backend, on the GPU."""
+    import os
+    import subprocess
+    import sys
+    from test_paged import out_of_range_inputs
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MQA_LOGITS_CHECK_INPUTS="1", PYTHONPATH=here)
+    result = subprocess.run([sys.executable, "-c", CHECKING_MODE_SCRIPT], env=env, cwd=here,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    expected = [argument for _, argument in out_of_range_inputs(np.random.default_rng(5))]
+    assert result.stdout.split() == expected

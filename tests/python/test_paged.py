@@ -51,21 +51,55 @@ def test_unclean_and_bfloat16(rng, fmt):
 def test_varlen_indices(rng):
     case = make_paged(rng, "fp8", batch=6, next_n=1, num_heads=32, head_dim=128, block_kv=64,
                       max_context_len=180, varlen=True)
-    case.indices[-1] = case.block_table.shape[0] + 5  # outside the table: an empty row
-    logits = run(case, clean_logits=True)
-    mask = case.mask()
-    assert not mask[-1].any()
-    check_logits(logits, case.expected(), mask, clean=True, bf16=False)
-
-
-def test_out_of_range_blocks_and_lengths_are_outside_the_window(rng):
-    case = make_paged(rng, "fp8", batch=3, next_n=2, num_heads=8, head_dim=32, block_kv=32,
-                      max_context_len=100)
-    case.block_table[0, 1] = -1
-    case.block_table[1, 0] = 10**9
-    case.context_lens[2, :] = [2**31 - 1, -5]
     logits = run(case, clean_logits=True)
     check_logits(logits, case.expected(), case.mask(), clean=True, bf16=False)
+
+
+def out_of_range_inputs(rng):
+    """(what to break, the argument refused) for each device-resident input the CPU backend
+    checks (the GPU's documented results for them: test_gpu.py)."""
+    def case_with(change, varlen=False):
+        case = make_paged(rng, "fp8", batch=3, next_n=1 if varlen else 2, num_heads=8,
+                          head_dim=32, block_kv=32, max_context_len=100, varlen=varlen)
+        change(case)
+        return case
+
+    def negative_scale(case):
+        # The scale of token 0 of the first sequence's first block, in the cache and the oracle.
+        block = case.block_table[0, 0]
+        case.key_scales[block, 0] = -0.5
+        case.cache_buffer[block, case.block_kv * case.head_dim:][:4] = (
+            np.array([-0.5], "<f4").view(np.uint8))
+
+    return [
+        (case_with(lambda c: c.block_table.__setitem__((0, 1), -1)), "block_table"),
+        (case_with(lambda c: c.block_table.__setitem__((1, 0), 10**9)), "block_table"),
+        (case_with(lambda c: c.context_lens.__setitem__((2, 0), 2**31 - 1)), "context_lens"),
+        (case_with(lambda c: c.context_lens.__setitem__((2, 1), -5)), "context_lens"),
+        (case_with(lambda c: c.context_lens.__setitem__((0, 0), 101)), "context_lens"),
+        (case_with(lambda c: c.indices.__setitem__(-1, 99), varlen=True), "indices"),
+        (case_with(negative_scale), "kv_cache"),
+    ]
+
+
+def test_cpu_refuses_what_the_kernels_cannot_use(rng):
+    for case, argument in out_of_range_inputs(rng):
+        args = case.api_args()
+        meta = np.asarray(mqa_logits.get_paged_mqa_logits_metadata(
+            np.maximum(args["context_lens"], 0), case.block_kv, 4, args["indices"]))
+        with pytest.raises(ValueError, match=rf"^{argument}: expected "):
+            mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args)
+
+
+def test_cpu_refuses_metadata_of_other_lengths(rng):
+    case = make_paged(rng, "fp8", 4, 2, 16, 64, 64, 400)
+    args = case.api_args()
+    other = np.maximum(args["context_lens"] - 70, 0)
+    for lens, workers in ((other, 4), (args["context_lens"][:3], 4)):
+        meta = mqa_logits.get_paged_mqa_logits_metadata(lens, 64, workers)
+        with pytest.raises(ValueError, match=r"^schedule_meta: expected "
+                                             r"get_paged_mqa_logits_metadata of this call"):
+            mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args)
 
 
 def test_metadata_shape_device_and_determinism(rng):

@@ -52,7 +52,8 @@ def test_unclean_logits_are_right_inside_the_windows(rng, fmt):
 def test_compressed_output(rng, clean):
     seq_len, seq_len_kv, width = 23, 90, 40
     start = rng.integers(0, seq_len_kv, size=seq_len).astype(np.int32)
-    end = np.minimum(start + rng.integers(0, 60, size=seq_len), seq_len_kv).astype(np.int32)
+    end = np.minimum(start + rng.integers(0, width + 1, size=seq_len),
+                     seq_len_kv).astype(np.int32)
     case = make_prefill(rng, "fp8", seq_len, 16, 128, seq_len_kv, windows=(start, end))
     logits = run(case, clean_logits=clean, max_seqlen_k=width)
     assert logits.shape == (seq_len, width)
@@ -64,6 +65,24 @@ def test_compressed_output(rng, clean):
         count = int(mask[i].sum())
         expected[i, :count] = full[i, start[i]:start[i] + count]
     check_logits(logits, expected, mask, clean=clean, bf16=False)
+
+
+def test_cpu_refuses_what_the_kernels_cannot_use(rng):
+    """A compressed output narrower than a window, a negative key scale, metadata of other
+    windows: the CPU backend refuses them (the GPU's documented results: test_gpu.py)."""
+    case = make_prefill(rng, "fp8", 23, 16, 128, 90)
+    widest = int((np.minimum(case.end, 90) - np.maximum(case.start, 0)).max())
+    with pytest.raises(ValueError, match=r"^max_seqlen_k: expected at least the widest window"):
+        run(case, max_seqlen_k=widest - 1)
+    assert run(case, max_seqlen_k=widest).shape == (23, widest)
+    case.kv_scales[7] = -1.0
+    with pytest.raises(ValueError, match=r"^kv: scales \(kv\[1\]\): expected key scales >= 0"):
+        run(case)
+    case.kv_scales[7] = 1.0
+    longer = (np.zeros_like(case.start), np.full_like(case.end, 1000))  # another call's
+    other = mqa_logits.get_mqa_logits_metadata(*longer, 1000, 16)
+    with pytest.raises(ValueError, match=r"^schedule_meta: expected get_mqa_logits_metadata"):
+        run(case, schedule_meta=other)
 
 
 def test_logits_are_a_view_of_padded_rows(rng):

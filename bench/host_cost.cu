@@ -1,0 +1,142 @@
+// Host cost benchmark: the time the host spends per call of the C++ API, as engines pay it when
+// they run prefill eagerly (61 layers a forward pass). Each figure is a loop of kCalls calls on a
+// tiny problem on one stream: the host's time per call is the loop's time before the one
+// synchronize at the end (the kernels queue up behind it); the time with that synchronize is
+// printed beside it. Beside the API calls, the CUDA runtime's own costs that a call cannot avoid
+// (an empty kernel's launch) or that validation pays (a pointer-attribute query) give the floor.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+
+namespace mqa_logits::bench {
+namespace {
+
+constexpr int kCalls = 400;
+constexpr int kWarmupCalls = 50;
+constexpr double kBarUs = 4.0;  // the C++ API's bar per call
+
+__global__ void empty_kernel() {}
+
+struct HostCost {
+  double issue_us = 0;  // host time per call: the loop before its synchronize
+  double total_us = 0;  // the loop with its synchronize, per call
+};
+
+HostCost host_cost(const std::function<void()>& call, cudaStream_t stream) {
+  using Clock = std::chrono::steady_clock;
+  for (int i = 0; i < kWarmupCalls; ++i) call();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  const auto start = Clock::now();
+  for (int i = 0; i < kCalls; ++i) call();
+  const auto issued = Clock::now();
+  check(cudaStreamSynchronize(stream), "host-cost loop");
+  const auto done = Clock::now();
+  const auto per_call = [](auto duration) {
+    return std::chrono::duration<double, std::micro>(duration).count() / kCalls;
+  };
+  return {per_call(issued - start), per_call(done - start)};
+}
+
+Record row(const std::string& call, const HostCost& cost, bool has_bar) {
+  std::printf("%-34s %8.2f %10.2f   %s\n", call.c_str(), cost.issue_us, cost.total_us,
+              !has_bar ? "(floor)" : cost.issue_us <= kBarUs ? "ok" : "over the bar");
+  return Record()
+      .set("op", std::string("host-cost"))
+      .set("call", call)
+      .set("host_us", cost.issue_us)
+      .set("with_sync_us", cost.total_us)
+      .set("bar_us", has_bar ? kBarUs : 0.0)
+      .set("verified", true);
+}
+
+}  // namespace
+
+std::vector<Record> run_host_cost_bench(const BenchContext&) {
+  const Device gpu{DeviceType::kCUDA, 0};
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+
+  support::PrefillSpec prefill_spec;
+  prefill_spec.seq_len = 64;
+  prefill_spec.seq_len_kv = 256;
+  prefill_spec.seed = 11;
+  const auto prefill = support::make_prefill_workload(prefill_spec);
+  const DeviceArena prefill_arena(prefill.buffers, prefill.logits_bytes());
+  const auto prefill_in = prefill.inputs(prefill_arena.pointers(), gpu);
+  const TensorView prefill_logits = prefill.logits_view(prefill_arena.logits(), gpu);
+
+  support::PagedSpec paged_spec;
+  paged_spec.batch = 4;
+  paged_spec.avg_context = 256;
+  paged_spec.seed = 12;
+  const auto paged = support::make_paged_workload(paged_spec);
+  const DeviceArena paged_arena(paged.buffers, paged.logits_bytes());
+  const auto paged_in = paged.inputs(paged_arena.pointers(), gpu);
+  const TensorView paged_logits = paged.logits_view(paged_arena.logits(), gpu);
+
+  const int workers = get_num_sms();
+  const auto meta_rows = schedule_meta_rows(workers);
+  std::int32_t* meta = nullptr;
+  check(cudaMalloc(&meta, meta_rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
+  const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {meta_rows, 2}, gpu);
+
+  const auto prefill_call = [&](bool clean, cudaStream_t on = nullptr) {
+    auto options = prefill_in.options;
+    options.clean_logits = clean;
+    options.stream = on != nullptr ? on : stream;
+    mqa_logits(prefill_in.q, prefill_in.kv, prefill_in.weights, prefill_in.k_start,
+               prefill_in.k_end, prefill_logits, options);
+  };
+  const auto decode_metadata = [&] {
+    get_paged_mqa_logits_metadata(paged_in.context_lens, paged_spec.block_kv, workers, meta_view,
+                                  std::nullopt, stream);
+  };
+  const auto decode_call = [&] {
+    auto options = paged_in.options;
+    options.stream = stream;
+    paged_mqa_logits(paged_in.q, paged_in.kv_cache, paged_in.weights, paged_in.context_lens,
+                     paged_in.block_table, meta_view, paged.max_context_len, paged_logits,
+                     options);
+  };
+  const auto prefill_metadata = [&] {
+    get_mqa_logits_metadata(prefill_in.k_start, prefill_in.k_end, prefill_spec.seq_len_kv,
+                            static_cast<int>(prefill_spec.num_heads), meta_view, stream);
+  };
+  decode_metadata();  // the decode calls read it
+
+  std::printf("\nhost cost per call (%d calls on one stream, tiny problems: prefill S=%lld T=%lld "
+              "H=64 D=128, decode B=%lld context %lld)\n",
+              kCalls, static_cast<long long>(prefill_spec.seq_len),
+              static_cast<long long>(prefill_spec.seq_len_kv),
+              static_cast<long long>(paged_spec.batch),
+              static_cast<long long>(paged_spec.avg_context));
+  std::printf("%-34s %8s %10s   bar %.0f us\n", "call", "host us", "+sync us", kBarUs);
+  std::vector<Record> records;
+  records.push_back(row("prefill, clean", host_cost([&] { prefill_call(true); }, stream), true));
+  records.push_back(row("prefill, no clean", host_cost([&] { prefill_call(false); }, stream), true));
+  // torch's current stream unless a program picks one: the legacy default stream.
+  records.push_back(row("prefill, no clean, default stream",
+                        host_cost([&] { prefill_call(false, cudaStreamLegacy); }, cudaStreamLegacy),
+                        true));
+  records.push_back(row("paged decode", host_cost(decode_call, stream), true));
+  records.push_back(row("decode metadata", host_cost(decode_metadata, stream), true));
+  records.push_back(row("prefill metadata", host_cost(prefill_metadata, stream), true));
+  records.push_back(row("empty kernel launch", host_cost([&] {
+    empty_kernel<<<1, 32, 0, stream>>>();
+  }, stream), false));
+  records.push_back(row("cudaPointerGetAttributes", host_cost([&] {
+    cudaPointerAttributes attributes{};
+    check(cudaPointerGetAttributes(&attributes, prefill_arena.logits()), "cudaPointerGetAttributes");
+  }, stream), false));
+
+  cudaFree(meta);
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  return records;
+}
+
+}  // namespace mqa_logits::bench

@@ -1,0 +1,143 @@
+#include "input_checks.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "metadata.hpp"
+#include "schedule.hpp"
+#include "validate_checks.hpp"
+
+namespace mqa_logits::input_checks {
+namespace {
+
+using checks::refuse;
+
+std::string at(std::int64_t index) { return " at [" + std::to_string(index) + "]"; }
+std::string at(std::int64_t row, std::int64_t col) {
+  return " at [" + std::to_string(row) + ", " + std::to_string(col) + "]";
+}
+
+// Metadata given for a call must be the metadata of that call, row for row: `expected` is what
+// the metadata function gives for the call's inputs and worker count.
+void expect_same_metadata(const std::int32_t* given, const std::vector<std::int32_t>& expected,
+                          const std::string& function, const std::string& inputs) {
+  const auto rows = static_cast<std::int64_t>(expected.size()) / schedule::kMetaCols;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    for (int col = 0; col < schedule::kMetaCols; ++col) {
+      const std::int64_t i = row * schedule::kMetaCols + col;
+      if (given[i] == expected[static_cast<std::size_t>(i)]) continue;
+      const bool fingerprint = row == rows - 1 && col == 1;
+      refuse("schedule_meta",
+             "expected " + function + " of this call's " + inputs + " for " +
+                 std::to_string(rows - 1) + " workers, got " +
+                 (fingerprint ? "the fingerprint of other inputs" : "another split") + at(row, col) +
+                 " (" + std::to_string(given[i]) + ", expected " +
+                 std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
+    }
+  }
+}
+
+void check_paged_lengths(const PagedProblem& p) {
+  const std::int64_t lens_count = p.context_lens_2d ? p.batch * p.next_n : p.batch;
+  const std::int64_t capacity = p.max_blocks * p.block_kv;
+  for (std::int64_t i = 0; i < lens_count; ++i) {
+    const std::int64_t len = p.context_lens[i];
+    const std::string where =
+        p.context_lens_2d ? at(i / p.next_n, i % p.next_n) : at(i);
+    if (len < 0) refuse("context_lens", "expected lengths >= 0, got " + std::to_string(len) + where);
+    if (len > p.max_context_len) {
+      refuse("context_lens", "expected lengths <= max_context_len (" +
+                                 std::to_string(p.max_context_len) + "), got " +
+                                 std::to_string(len) + where);
+    }
+    if (len > capacity) {
+      refuse("context_lens", "expected lengths <= the keys the block table addresses "
+                             "(max_blocks * block_kv = " + std::to_string(capacity) + "), got " +
+                                 std::to_string(len) + where);
+    }
+  }
+}
+
+// Block-table row of decode row r (indices checked).
+std::int64_t table_row_of(const PagedProblem& p, std::int64_t r) {
+  if (p.indices == nullptr) return r / p.next_n;
+  const std::int64_t index = p.indices[r];
+  if (index < 0 || index >= p.table_rows) {
+    refuse("indices", "expected block-table rows in [0, " + std::to_string(p.table_rows) +
+                          "), got " + std::to_string(index) + at(r));
+  }
+  return index;
+}
+
+}  // namespace
+
+PagedScales host_paged_scales(const PagedProblem& p) {
+  const std::uint8_t* first = p.kv_cache + p.block_kv * p.token_bytes;
+  return {reinterpret_cast<const float*>(first), p.block_stride_bytes / 4};
+}
+
+void check_paged(const PagedProblem& p, const PagedScales& scales) {
+  check_paged_lengths(p);
+  const bool fp8 = p.format == Format::kFP8;
+  for (std::int64_t r = 0; r < p.batch * p.next_n; ++r) {
+    const std::int64_t row = table_row_of(p, r);
+    const int t = static_cast<int>(r % p.next_n);
+    const std::int64_t len =
+        schedule::paged_row_length(p.context_lens, p.context_lens_2d, r / p.next_n,
+                                   static_cast<int>(p.next_n), t);
+    for (std::int64_t block = 0; block < schedule::ceil_div(len, p.block_kv); ++block) {
+      const std::int64_t id = p.block_table[row * p.block_table_row_stride + block];
+      if (id < 0 || id >= p.num_blocks) {
+        refuse("block_table", "expected block ids in [0, " + std::to_string(p.num_blocks) +
+                                  ") (the blocks of kv_cache), got " + std::to_string(id) +
+                                  at(row, block));
+      }
+      if (!fp8) continue;
+      const std::int64_t tokens = std::min<std::int64_t>(p.block_kv, len - block * p.block_kv);
+      for (std::int64_t token = 0; token < tokens; ++token) {
+        const float scale = scales.scales[id * scales.block_stride + token];
+        if (!(scale >= 0.f)) {
+          refuse("kv_cache", "expected key scales >= 0, got " + std::to_string(scale) + " for token " +
+                                 std::to_string(token) + " of block " + std::to_string(id));
+        }
+      }
+    }
+  }
+  std::vector<std::int32_t> expected(
+      static_cast<std::size_t>((p.schedule_workers + 1) * schedule::kMetaCols));
+  host::paged_metadata(p.context_lens, p.batch, p.context_lens_2d ? p.next_n : 1,
+                       p.context_lens_2d, p.indices, p.schedule_workers, expected.data());
+  expect_same_metadata(p.schedule_meta, expected, "get_paged_mqa_logits_metadata",
+                       "context lengths");
+}
+
+void check_prefill(const PrefillProblem& p) {
+  if (p.compressed) {
+    for (std::int64_t row = 0; row < p.seq_len; ++row) {
+      const schedule::Window w = schedule::prefill_row_window(p.k_start[row], p.k_end[row],
+                                                              p.seq_len_kv);
+      if (w.hi - w.lo <= p.out_cols) continue;
+      refuse("max_seqlen_k", "expected at least the widest window (" +
+                                 std::to_string(w.hi - w.lo) + " keys" + at(row) + "), got " +
+                                 std::to_string(p.out_cols));
+    }
+  }
+  if (p.format == Format::kFP8) {
+    const auto* scales = static_cast<const float*>(p.kv_scales);
+    for (std::int64_t key = 0; key < p.seq_len_kv; ++key) {
+      if (!(scales[key] >= 0.f)) {
+        refuse("kv_scales", "expected key scales >= 0, got " + std::to_string(scales[key]) + at(key));
+      }
+    }
+  }
+  if (p.schedule_meta == nullptr) return;
+  std::vector<std::int32_t> expected(
+      static_cast<std::size_t>((p.schedule_workers + 1) * schedule::kMetaCols));
+  host::prefill_metadata(p.k_start, p.k_end, p.seq_len, p.seq_len_kv,
+                         static_cast<int>(p.num_heads), p.schedule_workers, expected.data());
+  expect_same_metadata(p.schedule_meta, expected, "get_mqa_logits_metadata",
+                       "windows, T and H");
+}
+
+}  // namespace mqa_logits::input_checks
