@@ -69,12 +69,16 @@ def test_prefill_schedule_metadata_and_compressed_output(rng, fmt):
     plain = mqa_logits.fp8_fp4_mqa_logits(**args)
     assert_bitwise_equal(mqa_logits.fp8_fp4_mqa_logits(**args, schedule_meta=meta), plain)
 
+    # Windows of up to 700 keys: the GPU drops the columns past the width (the CPU backend
+    # refuses such a width), so each row is compared with the CPU's full row from its start.
     compressed = mqa_logits.fp8_fp4_mqa_logits(**args, clean_logits=False, max_seqlen_k=width)
-    cpu = mqa_logits.fp8_fp4_mqa_logits(**case.api_args("torch", "cpu"), clean_logits=False,
-                                        max_seqlen_k=width)
-    mask = np.arange(width)[None, :] < (end - start)[:, None]
-    gpu_values, cpu_values = as_numpy(compressed), as_numpy(cpu)
-    assert spec_diff(gpu_values[mask], cpu_values[mask]) < tolerance(False)
+    full = as_numpy(mqa_logits.fp8_fp4_mqa_logits(**case.api_args("torch", "cpu")))
+    mask = np.arange(width)[None, :] < np.minimum(end - start, width)[:, None]
+    cpu_values = np.zeros((seq_len, width), np.float32)
+    for row in range(seq_len):
+        count = int(mask[row].sum())
+        cpu_values[row, :count] = full[row, start[row]:start[row] + count]
+    assert spec_diff(as_numpy(compressed)[mask], cpu_values[mask]) < tolerance(False)
 
 
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in GPU_FORMATS])
@@ -248,7 +252,8 @@ def test_documented_results_of_inputs_the_gpu_does_not_check(rng):
     from test_paged import out_of_range_inputs
     for case, _ in out_of_range_inputs(rng):
         logits = paged_on(case, "cuda", clean_logits=True)
-        check_logits(as_numpy(logits), case.expected(), case.mask(), clean=True, bf16=False)
+        check_logits(as_numpy(logits), case.expected(), case.mask(), clean=True, bf16=False,
+                     elementwise=False)
 
 
 CHECKING_MODE_SCRIPT = """
