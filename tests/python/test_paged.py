@@ -65,9 +65,12 @@ def out_of_range_inputs(rng):
         return case
 
     def negative_scale(case):
-        # The scale of token 0 of the first sequence's first block, in the cache and the oracle.
+        # The scale of token 0 of the first sequence's first block (key position 0 of its rows)
+        # made -0.5 in the cache. The kernels multiply a key's head sum by its scale (outside the
+        # relu, as the formula allows for scales >= 0), so the oracle holds +0.5 and the logit
+        # at that position is the oracle's negated (test_gpu.py).
         block = case.block_table[0, 0]
-        case.key_scales[block, 0] = -0.5
+        case.key_scales[block, 0] = 0.5
         case.cache_buffer[block, case.block_kv * case.head_dim:][:4] = (
             np.array([-0.5], "<f4").view(np.uint8))
 
