@@ -21,7 +21,7 @@ struct Shape {
   int block_kv;
 };
 
-// Work and traffic as the SPEC counts them: every key of a sequence read once (its rows share
+// Work and traffic as the contract counts them: every key of a sequence read once (its rows share
 // the load), queries, weights, lengths and the block-table entries used read once, and every
 // output element written (the whole row when clean).
 struct Traffic {

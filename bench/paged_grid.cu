@@ -1,4 +1,4 @@
-// Decode grid benchmark: the SPEC's decode range as one grid rather than a few chosen shapes,
+// Decode grid benchmark: the contract's decode range as one grid rather than a few chosen shapes,
 // B in {1 .. 512} x average context in {1K .. 128K} x next_n in {1, 2, 3, 4, 6, 8} x block_kv in
 // {32, 64}, H 64, D 128, FP8, fp32 logits, context_lens [B, N], contexts uniform in
 // [0.7, 1.3] x avg, random block tables, schedule metadata given, clean_logits off. Every cell is

@@ -2,11 +2,11 @@
 // before it is reported.
 // - shapes ("prefill"): the shapes of the performance bar, causal windows, clean on and off, fp32
 //   and bf16 logits, with and without schedule metadata;
-// - window patterns ("patterns"): what engines send (SPEC, "How performance is counted"): one
-//   request, square causal, packed requests of equal and uneven lengths, sliding windows,
-//   context-parallel shards, random windows with empty rows; each without and with clean_logits,
-//   its rate against the one-request call of the same H / D, and the time clean adds against
-//   the time writing the masked elements at copy bandwidth takes.
+// - window patterns ("patterns"): what engines send (docs/contract.md, "How performance is
+//   counted"): one request, square causal, packed requests of equal and uneven lengths, sliding
+//   windows, context-parallel shards, random windows with empty rows; each without and with
+//   clean_logits, its rate against the one-request call of the same H / D, and the time clean
+//   adds against the time writing the masked elements at copy bandwidth takes.
 #include <chrono>
 #include <cstdio>
 #include <map>

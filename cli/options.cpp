@@ -254,18 +254,18 @@ constexpr std::string_view kIntroBoth =
     "Runs one DeepSeek-shaped lightning-indexer case end to end on random data (prefill:\n"
     "mqa_logits, decode: paged_mqa_logits): quantizes the inputs, calls the library, verifies a\n"
     "sample of output rows against the float64 formula (on the quantized values and on the\n"
-    "unquantized inputs, with the SPEC's bounds) and reports the time per call.\n";
+    "unquantized inputs, with the contract's bounds) and reports the time per call.\n";
 constexpr std::string_view kIntroPrefill =
     "Runs one DeepSeek-shaped prefill call (mqa_logits: S queries against T contiguous keys, a "
     "key\n"
     "window per query) end to end on random data: quantizes the inputs, calls the library,\n"
     "verifies a sample of output rows against the float64 formula (on the quantized values and on\n"
-    "the unquantized inputs, with the SPEC's bounds) and reports the time per call.\n";
+    "the unquantized inputs, with the contract's bounds) and reports the time per call.\n";
 constexpr std::string_view kIntroDecode =
     "Runs one DeepSeek-shaped decode call (paged_mqa_logits: next_n queries per sequence against\n"
     "a paged KV cache) end to end on random data: quantizes the inputs, calls the library,\n"
     "verifies a sample of output rows against the float64 formula (on the quantized values and on\n"
-    "the unquantized inputs, with the SPEC's bounds) and reports the time per call.\n";
+    "the unquantized inputs, with the contract's bounds) and reports the time per call.\n";
 
 constexpr std::string_view kClosing = R"(
 Options are checked before any input is made: a value the library does not take, an option of

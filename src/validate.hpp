@@ -1,5 +1,5 @@
-// Validation of the public entry points: every check of SPEC "Errors" runs here, before any
-// backend sees the call, and produces the descriptors the backends consume.
+// Validation of the public entry points: every check of docs/contract.md, "Errors" runs here,
+// before any backend sees the call, and produces the descriptors the backends consume.
 #pragma once
 
 #include <cstdint>

@@ -52,7 +52,7 @@ double dot(const Vector& q, const Vector& k, std::int64_t begin, std::int64_t en
   return sum;
 }
 
-// The SPEC's s(i, h, j) for one query head and one key.
+// The contract's s(i, h, j) for one query head and one key.
 double scaled_dot(Format format, Operands operands, const Vector& q, const Vector& k) {
   const auto dim = static_cast<std::int64_t>(q.values.size());
   if (operands == Operands::kUnquantized) return dot(q, k, 0, dim);
@@ -83,7 +83,7 @@ double stored_weight(const void* data, DType dtype, std::int64_t index) {
   return static_cast<const float*>(data)[index];
 }
 
-// Query row `row` of a workload whose q bytes, q scales and weights follow the SPEC's layouts.
+// Query row `row` of a workload whose q bytes, q scales and weights follow the contract's layouts.
 template <class Workload>
 QueryRow query_row(const Workload& w, std::int64_t row, std::int64_t weights_row_stride,
                    std::int64_t token_bytes, Operands operands) {

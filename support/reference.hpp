@@ -1,8 +1,8 @@
-// The SPEC's formula evaluated directly in float64, and the SPEC's acceptance checks.
+// The contract's formula evaluated directly in float64, and the contract's acceptance checks.
 //
 // This is an oracle independent of every backend: it reads the workload's bytes with the codecs
-// of formats.hpp and applies the SPEC's definitions literally (s inside the relu, scales applied
-// as written), one output row at a time.
+// of formats.hpp and applies the contract's definitions literally (s inside the relu, scales
+// applied as written), one output row at a time.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,8 @@
 namespace mqa_logits::support {
 
 enum class Operands : std::uint8_t {
-  kQuantized,    // the stored values and scales (the SPEC's oracle)
-  kUnquantized,  // the float inputs before quantization (the SPEC's second check)
+  kQuantized,    // the stored values and scales (the contract's oracle)
+  kUnquantized,  // the float inputs before quantization (the contract's second check)
 };
 const char* operands_name(Operands operands);
 
@@ -29,7 +29,7 @@ std::vector<double> reference_row(const PrefillWorkload& workload, std::int64_t 
 std::vector<double> reference_row(const PagedWorkload& workload, std::int64_t row,
                                   Operands operands);
 
-// The SPEC's metric over pairs of in-window elements: diff = 1 - 2 sum(x y) / sum(x^2 + y^2),
+// The contract's metric over pairs of in-window elements: diff = 1 - 2 sum(x y) / sum(x^2 + y^2),
 // 0 when both are all zero.
 class DiffMetric {
  public:
@@ -48,12 +48,12 @@ class DiffMetric {
   double squares_ = 0.0;
 };
 
-// The SPEC's acceptance bound for a comparison of this workload against `operands`.
+// The contract's acceptance bound for a comparison of this workload against `operands`.
 double spec_tolerance(Format format, DType weights_dtype, DType logits_dtype, Operands operands);
 
 struct VerifyResult {
   bool ok = true;
-  double diff = 0.0;           // the SPEC metric over all checked in-window elements
+  double diff = 0.0;           // the contract metric over all checked in-window elements
   double max_row_diff = 0.0;   // the metric of the worst single row (informative)
   std::int64_t worst_row = -1;
   std::int64_t rows_checked = 0;
@@ -63,7 +63,7 @@ struct VerifyResult {
 
 // Checks `rows` of a computed logits buffer (host memory, the workload's layout and logits
 // dtype) against reference_row: every in-window element finite, with clean_logits every other
-// column exactly -inf, and the diff over all checked rows below `tolerance` (<= 0: the SPEC's
+// column exactly -inf, and the diff over all checked rows below `tolerance` (<= 0: the contract's
 // bound for the workload and `operands`). Rows are evaluated on `num_threads` threads (<= 0: the
 // hardware's); the result does not depend on it.
 VerifyResult verify_rows(const PrefillWorkload& workload, const void* logits,

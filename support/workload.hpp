@@ -2,7 +2,7 @@
 //
 // A workload owns every input of one call as raw bytes in exactly the layout the library reads
 // (`buffers`, indexed by the workload's Slot enum), the unquantized values they were quantized
-// from (for the SPEC's second accuracy check), and what the call needs besides (output layout,
+// from (for the contract's second accuracy check), and what the call needs besides (output layout,
 // options). `inputs(pointers, device)` builds the call's views over copies of the buffers living
 // anywhere, e.g. on a GPU:
 //
@@ -217,7 +217,7 @@ struct PagedWorkload {
   const std::uint8_t* kv_cache() const;
 
   // Block-table row of output row r (-1 or >= table_rows: no keys), and its context length as
-  // the SPEC defines it (before the clamping rules of src/problem.hpp).
+  // the contract defines it (before the clamping rules of src/problem.hpp).
   std::int64_t table_row(std::int64_t row) const;
   std::int64_t context_length(std::int64_t row) const;
 };

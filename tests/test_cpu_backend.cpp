@@ -39,7 +39,7 @@ constexpr Format kFormats[] = {Format::kFP8, Format::kMXFP8, Format::kMXFP4};
 constexpr WindowKind kWindowKinds[] = {WindowKind::kCausal, WindowKind::kRandom,
                                        WindowKind::kFull, WindowKind::kContextParallel};
 
-// Weights and logits dtypes the SPEC allows together (bf16 weights need bf16 logits).
+// Weights and logits dtypes the contract allows together (bf16 weights need bf16 logits).
 struct Dtypes {
   DType weights;
   DType logits;
@@ -150,7 +150,7 @@ ElementStats element_stats(const Workload& w, const Output& out) {
   return stats;
 }
 
-// The SPEC's bound against the unquantized formula is a statement about the quantization error
+// The contract's bound against the unquantized formula is a statement about the quantization error
 // of realistic workloads (about 7e-4 for FP8 / MXFP8 and 1.25e-2 for MXFP4 on large ones, with
 // single rows up to twice that): the metric over a handful of rows or elements is noise. It is
 // asserted where the sample is large enough.
@@ -168,7 +168,7 @@ void expect_within_spec_of_unquantized(const Workload& w, const Output& out,
 // The backend equals the formula on the stored values up to the final rounding (at most half an
 // ulp of the logits dtype, plus a few float64 roundings), writes nothing outside the windows
 // without clean_logits (as cpu_backend.hpp documents), and, on large enough samples, matches the
-// unquantized formula within the SPEC's tolerance.
+// unquantized formula within the contract's tolerance.
 template <class Workload>
 void expect_matches_reference(const Workload& w, const Output& out, const std::string& label) {
   const bool bf16 = w.spec.logits_dtype == DType::kBFloat16;

@@ -1,5 +1,5 @@
-// Refusals of mqa_logits (SPEC "Errors") on host tensors: each names the argument and leaves the
-// output untouched. Valid calls must pass.
+// Refusals of mqa_logits (docs/contract.md, "Errors") on host tensors: each names the argument and
+// leaves the output untouched. Valid calls must pass.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Refusals of paged_mqa_logits, the metadata functions and the settings (SPEC "Errors") on host
-// tensors: each names the argument and leaves the output untouched. Valid calls must pass.
+// Refusals of paged_mqa_logits, the metadata functions and the settings (docs/contract.md,
+// "Errors") on host tensors: each names the argument and leaves the output untouched. Valid calls
+// must pass.
 #include <gtest/gtest.h>
 
 #include <cstdint>

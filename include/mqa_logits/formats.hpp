@@ -1,5 +1,5 @@
-// Exact codecs of the number formats (SPEC "Number formats") and quantizers from float.
-// Usable on the host by anyone: tests, benchmarks, users preparing inputs.
+// Exact codecs of the number formats (docs/contract.md, "What is computed") and quantizers from
+// float. Usable on the host by anyone: tests, benchmarks, users preparing inputs.
 #pragma once
 
 #include <cstdint>

@@ -2,11 +2,11 @@
 //
 //   logit[i, j] = sum_h w[i, h] * relu(s(i, h, j)),   s = scaled dot product of query head and key
 //
-// Two operations (see SPEC.md): `mqa_logits` (prefill: queries against one contiguous key sequence,
-// a window [start, end) per query) and `paged_mqa_logits` (decode: next_n queries per sequence
-// against a paged, fused FP8/MX KV cache). Each entry point dispatches on where its inputs live:
-// host memory runs the CPU reference backend, CUDA device memory the GPU kernels. All inputs must
-// live on one device. The caller owns every buffer; `*_output_layout` says what to allocate.
+// Two operations (see docs/contract.md): `mqa_logits` (prefill: queries against one contiguous key
+// sequence, a window [start, end) per query) and `paged_mqa_logits` (decode: next_n queries per
+// sequence against a paged, fused FP8/MX KV cache). Each entry point dispatches on where its inputs
+// live: host memory runs the CPU reference backend, CUDA device memory the GPU kernels. All inputs
+// must live on one device. The caller owns every buffer; `*_output_layout` says what to allocate.
 //
 // Errors: invalid input throws mqa_logits::InvalidArgument (naming the argument, what was expected
 // and what was given) before anything is launched or written; a failing CUDA call throws

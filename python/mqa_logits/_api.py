@@ -96,10 +96,10 @@ def fp8_fp4_mqa_logits(
 
     ``logits[i, j] = sum_h weights[i, h] * relu(s(i, h, j))`` for the keys ``j`` of row ``i``'s
     window ``max(start[i], 0) <= j < min(end[i], T)``, where ``s`` is the scaled dot product of
-    query ``i``'s head ``h`` with key ``j`` (SPEC "Number formats"). The format follows from the
-    dtypes: float8_e4m3fn values with no query scales and float32 key scales are FP8;
-    float8_e4m3fn values with int32 scales MXFP8; int8/uint8 values with int32 scales MXFP4
-    (two e2m1 per byte, low nibble first). numpy passes FP8 values as uint8 e4m3 codes.
+    query ``i``'s head ``h`` with key ``j`` (docs/contract.md, "What is computed"). The format
+    follows from the dtypes: float8_e4m3fn values with no query scales and float32 key scales
+    are FP8; float8_e4m3fn values with int32 scales MXFP8; int8/uint8 values with int32 scales
+    MXFP4 (two e2m1 per byte, low nibble first). numpy passes FP8 values as uint8 e4m3 codes.
 
     Args:
         q: ``[S, H, D]`` float8_e4m3fn (FP8, MXFP8) or ``[S, H, D/2]`` int8/uint8 (MXFP4), or a
@@ -280,7 +280,7 @@ def get_mqa_logits_metadata(
     num_kv_tokens: int,
     num_heads: int,
 ) -> Tensor:
-    """Schedule metadata of the prefill logits for these windows (SPEC "Metadata").
+    """Schedule metadata of the prefill logits for these windows (docs/contract.md).
 
     An even split of the windows' work across :func:`get_num_sms` workers, computed once and
     passed as ``schedule_meta`` to every :func:`fp8_fp4_mqa_logits` call with the same windows,
@@ -340,7 +340,7 @@ def get_paged_mqa_logits_metadata(
     num_sms: int,
     indices: Optional[Tensor] = None,
 ) -> Tensor:
-    """Schedule metadata of the decode logits for these context lengths (SPEC "Metadata").
+    """Schedule metadata of the decode logits for these context lengths (docs/contract.md).
 
     A static split of the decode work into ``num_sms`` equal segments; compute it once per
     decode step (it depends only on the context lengths) and pass it as ``schedule_meta`` to

@@ -1,5 +1,5 @@
 """numpy helpers that prepare the indexer's inputs: quantizers to FP8, MXFP8 and MXFP4 and a writer
-of the fused paged KV cache (SPEC "Number formats" and "Operation 2").
+of the fused paged KV cache (docs/contract.md, "What is computed" and "Decode").
 
 The quantizers follow the rules of the C++ library's (``include/mqa_logits/formats.hpp``), so
 numpy and C++ callers store the same codes: values are divided by their scale in float32, then

@@ -90,7 +90,7 @@ inline DeviceInputs upload(const std::vector<support::HostBuffer>& host) {
 inline std::vector<std::int64_t> every_row(std::int64_t rows) { return support::all_rows(rows); }
 
 // Compares GPU logits with the CPU backend's on every row: with clean_logits the -inf pattern
-// must be identical; every in-window element must be finite; the SPEC's diff between the two
+// must be identical; every in-window element must be finite; the contract's diff between the two
 // over in-window elements must be below the quantized-oracle bound. Also checks the GPU output
 // against the float64 oracle on a sample of rows.
 template <typename Workload>

@@ -237,7 +237,7 @@ TEST_F(PrefillGpu, CompressedScheduledMatchesCpu) {
 
 // ---- engine window patterns --------------------------------------------------------------------
 
-// Two GPU outputs are bitwise equal wherever the SPEC defines the output: everywhere with
+// Two GPU outputs are bitwise equal wherever the contract defines the output: everywhere with
 // clean_logits, inside the windows (finite in the CPU backend's clean output `cpu`) without.
 void expect_bitwise_equal(const PrefillWorkload& workload, const std::vector<std::byte>& cpu,
                           const std::vector<std::byte>& a, const std::vector<std::byte>& b) {

@@ -1,4 +1,4 @@
-"""Float64 oracle of the indexer logits and random inputs for it (SPEC "Numerics").
+"""Float64 oracle of the indexer logits and random inputs for it (docs/contract.md, "Numerics").
 
 Inputs are generated directly as stored codes (e4m3 bytes, packed e2m1 nibbles, UE8M0 scale
 bytes), so the oracle decodes exactly what the library reads, with the formulas written here.
@@ -126,7 +126,7 @@ def logits_f64(q: np.ndarray, keys: np.ndarray, weights: np.ndarray) -> np.ndarr
 
 
 def spec_diff(x: np.ndarray, y: np.ndarray) -> float:
-    """SPEC's metric 1 - 2 sum(xy) / sum(x^2 + y^2), in float64."""
+    """The contract's metric 1 - 2 sum(xy) / sum(x^2 + y^2), in float64."""
     x = x.astype(np.float64)
     y = y.astype(np.float64)
     denominator = np.sum(x * x + y * y)
@@ -139,8 +139,9 @@ def tolerance(bf16: bool) -> float:
 
 def check_logits(actual: np.ndarray, expected: np.ndarray, mask: np.ndarray, clean: bool,
                  bf16: bool, elementwise: bool = True) -> None:
-    """SPEC acceptance: the metric inside the windows (finite, no NaN) and, when clean, -inf at
-    exactly the elements outside them. Outside the windows of unclean logits is unspecified."""
+    """The contract's acceptance: the metric inside the windows (finite, no NaN) and, when
+    clean, -inf at exactly the elements outside them. Outside the windows of unclean logits is
+    unspecified."""
     with np.errstate(invalid="ignore"):  # unclean elements may hold any bits, NaN included
         actual = np.asarray(actual, dtype=np.float64)
     assert actual.shape == expected.shape
@@ -310,7 +311,7 @@ class PagedCase:
         return self.q.shape[1]
 
     def row_lengths(self) -> np.ndarray:
-        """Keys each row sees: its context length, clamped like SPEC says."""
+        """Keys each row sees: its context length, clamped as the contract says."""
         b = np.repeat(np.arange(self.batch), self.next_n)
         t = np.tile(np.arange(self.next_n), self.batch)
         if self.context_lens.ndim == 2:

@@ -52,7 +52,7 @@ def skip_unless_supported(fmt, framework, bf16=False):
 # Names an error message could use for an argument: every public function's parameters and the
 # C++ API's own argument names (which the package translates). A message may only use the ones
 # that are parameters of the function that raised it. `block_kv` is left out: messages use it as
-# the name of the cache's dim 1 (SPEC's), whatever the function.
+# the name of the cache's dim 1 (the contract's), whatever the function.
 ARGUMENT_LIKE_NAMES = frozenset({
     "q", "kv", "weights", "cu_seq_len_k_start", "cu_seq_len_k_end", "clean_logits",
     "max_seqlen_k", "logits_dtype", "schedule_meta", "num_kv_tokens", "num_heads",

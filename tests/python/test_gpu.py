@@ -30,7 +30,8 @@ def assert_bitwise_equal(a, b):
 
 
 def compare_gpu_with_cpu(gpu, cpu, case, clean, bf16):
-    """GPU within SPEC tolerance of the oracle and of the CPU backend, same -inf pattern."""
+    """GPU within the contract's tolerance of the oracle and of the CPU backend, same -inf
+    pattern."""
     mask = case.mask()
     gpu_values, cpu_values = as_numpy(gpu), as_numpy(cpu)
     check_logits(gpu_values, case.expected(), mask, clean=clean, bf16=bf16, elementwise=False)

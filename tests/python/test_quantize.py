@@ -1,4 +1,5 @@
-"""The numpy helpers against the formats' definitions (SPEC "Number formats", "Operation 2").
+"""The numpy helpers against the formats' definitions (docs/contract.md, "What is computed"
+and "Decode").
 
 Codes are checked with reference.py's decoders, which are written from the definitions and
 share nothing with the package: each stored code must be the nearest representable value to the
@@ -255,7 +256,7 @@ def cache_with_block_stride(rng, num_blocks, block_kv, token_bytes, block_stride
 
 
 def expected_cache(buffer, values, scales, row, start, block_kv):
-    """SPEC "Operation 2", token by token: position p in block row[p // block_kv] at offset
+    """docs/contract.md, "Decode", token by token: position p in block row[p // block_kv] at offset
     p % block_kv; the block's values first (token-major), then one 4-byte scale per token."""
     expected = buffer.copy()
     token_bytes = values.shape[1]
@@ -289,8 +290,8 @@ def test_writer_stores_the_fused_layout(rng, fmt, block_kv, padded, start):
 
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp8", "mxfp4"])
 def test_written_cache_meets_spec_accuracy(rng, fmt):
-    """Quantize float keys and queries, write the cache, run decode: within SPEC's bound of the
-    float64 formula on the unquantized (bf16) inputs."""
+    """Quantize float keys and queries, write the cache, run decode: within the contract's bound
+    of the float64 formula on the unquantized (bf16) inputs."""
     heads, dim, block_kv, next_n = 32, 128, 64, 2
     lengths = [300, 77, 1]
     quantize = mqa_logits.quantize_fp8 if fmt == "fp8" else lambda x: quantize_mx(fmt, x)
@@ -323,7 +324,7 @@ def test_written_cache_meets_spec_accuracy(rng, fmt):
                                    keys[b][:length].astype(np.float64), weights[r:r + 1])[0])
         actual.append(logits[r, :length])
         assert np.isneginf(logits[r, length:]).all()
-    # SPEC's metric over every element inside the windows.
+    # The contract's metric over every element inside the windows.
     assert spec_diff(np.concatenate(actual), np.concatenate(expected)) < (
         2e-2 if fmt == "mxfp4" else 1e-3)
 

@@ -1,4 +1,4 @@
-// FP8 prefill logits (SPEC operation 1) on sm_90a.
+// FP8 prefill logits (docs/contract.md, "Prefill") on sm_90a.
 //
 // Tiling. Query rows are cut into blocks of kBlockQ = 256 / H rows (schedule.hpp): two groups of
 // kGroupQ = 128 / H rows, i.e. kGroupN = 128 (query, head) columns each. Keys are the M side of
