@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -19,6 +20,7 @@ namespace {
 constexpr int kCalls = 400;
 constexpr int kWarmupCalls = 50;
 constexpr double kBarUs = 4.0;  // the C++ API's bar per call
+const Device kGpu{DeviceType::kCUDA, 0};
 
 __global__ void empty_kernel() {}
 
@@ -42,6 +44,20 @@ HostCost host_cost(const std::function<void()>& call, cudaStream_t stream) {
   return {per_call(issued - start), per_call(done - start)};
 }
 
+// A workload with its inputs and logits on the GPU, and the views of them the API takes.
+template <typename Workload>
+struct OnDevice {
+  explicit OnDevice(Workload w)
+      : workload(std::move(w)),
+        arena(workload.buffers, workload.logits_bytes()),
+        inputs(workload.inputs(arena.pointers(), kGpu)),
+        logits(workload.logits_view(arena.logits(), kGpu)) {}
+  Workload workload;
+  DeviceArena arena;
+  decltype(workload.inputs({}, {})) inputs;
+  TensorView logits;
+};
+
 Record row(const std::string& call, const HostCost& cost, bool has_bar) {
   std::printf("%-34s %8.2f %10.2f   %s\n", call.c_str(), cost.issue_us, cost.total_us,
               !has_bar ? "(floor)" : cost.issue_us <= kBarUs ? "ok" : "over the bar");
@@ -57,40 +73,28 @@ Record row(const std::string& call, const HostCost& cost, bool has_bar) {
 }  // namespace
 
 std::vector<Record> run_host_cost_bench(const BenchContext&) {
-  const Device gpu{DeviceType::kCUDA, 0};
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
-  support::PrefillSpec prefill_spec;
-  prefill_spec.seq_len = 64;
-  prefill_spec.seq_len_kv = 256;
-  prefill_spec.seed = 11;
-  const auto prefill = support::make_prefill_workload(prefill_spec);
-  const DeviceArena prefill_arena(prefill.buffers, prefill.logits_bytes());
-  const auto prefill_in = prefill.inputs(prefill_arena.pointers(), gpu);
-  const TensorView prefill_logits = prefill.logits_view(prefill_arena.logits(), gpu);
-
-  support::PagedSpec paged_spec;
-  paged_spec.batch = 4;
-  paged_spec.avg_context = 256;
-  paged_spec.seed = 12;
-  const auto paged = support::make_paged_workload(paged_spec);
-  const DeviceArena paged_arena(paged.buffers, paged.logits_bytes());
-  const auto paged_in = paged.inputs(paged_arena.pointers(), gpu);
-  const TensorView paged_logits = paged.logits_view(paged_arena.logits(), gpu);
+  const support::PrefillSpec prefill_spec{.seq_len = 64, .seq_len_kv = 256, .seed = 11};
+  const support::PagedSpec paged_spec{.batch = 4, .avg_context = 256, .seed = 12};
+  const OnDevice prefill(support::make_prefill_workload(prefill_spec));
+  const OnDevice paged(support::make_paged_workload(paged_spec));
+  const auto& prefill_in = prefill.inputs;
+  const auto& paged_in = paged.inputs;
 
   const int workers = get_num_sms();
   const auto meta_rows = schedule_meta_rows(workers);
   std::int32_t* meta = nullptr;
   check(cudaMalloc(&meta, meta_rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
-  const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {meta_rows, 2}, gpu);
+  const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {meta_rows, 2}, kGpu);
 
   const auto prefill_call = [&](bool clean, cudaStream_t on = nullptr) {
     auto options = prefill_in.options;
     options.clean_logits = clean;
     options.stream = on != nullptr ? on : stream;
     mqa_logits(prefill_in.q, prefill_in.kv, prefill_in.weights, prefill_in.k_start,
-               prefill_in.k_end, prefill_logits, options);
+               prefill_in.k_end, prefill.logits, options);
   };
   const auto decode_metadata = [&] {
     get_paged_mqa_logits_metadata(paged_in.context_lens, paged_spec.block_kv, workers, meta_view,
@@ -100,7 +104,7 @@ std::vector<Record> run_host_cost_bench(const BenchContext&) {
     auto options = paged_in.options;
     options.stream = stream;
     paged_mqa_logits(paged_in.q, paged_in.kv_cache, paged_in.weights, paged_in.context_lens,
-                     paged_in.block_table, meta_view, paged.max_context_len, paged_logits,
+                     paged_in.block_table, meta_view, paged.workload.max_context_len, paged.logits,
                      options);
   };
   const auto prefill_metadata = [&] {
@@ -131,7 +135,8 @@ std::vector<Record> run_host_cost_bench(const BenchContext&) {
   }, stream), false));
   records.push_back(row("cudaPointerGetAttributes", host_cost([&] {
     cudaPointerAttributes attributes{};
-    check(cudaPointerGetAttributes(&attributes, prefill_arena.logits()), "cudaPointerGetAttributes");
+    check(cudaPointerGetAttributes(&attributes, prefill.arena.logits()),
+          "cudaPointerGetAttributes");
   }, stream), false));
 
   cudaFree(meta);
