@@ -36,6 +36,18 @@ void check(Status status) {
   throw std::runtime_error(api->message());
 }
 
+// Runs the library call `f` (which touches no Python object) with the GIL released, then raises
+// its failure with the GIL held.
+template <typename F>
+void call_without_gil(F&& f) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = f();
+  }
+  check(status);
+}
+
 std::optional<ml::DType> dtype_of(at::ScalarType type) {
   switch (type) {
     case at::kFloat8_e4m3fn: return ml::DType::kFloat8E4M3;
@@ -162,12 +174,21 @@ std::pair<at::Tensor, ml::TensorView> new_logits(const at::Tensor& like,
 nb::object wrap(at::Tensor tensor) { return nb::steal(THPVariable_Wrap(std::move(tensor))); }
 
 bool is_bool(nb::handle object) { return PyBool_Check(object.ptr()); }
-bool is_int(nb::handle object) { return PyLong_Check(object.ptr()) && !is_bool(object); }
+
+// A Python int (not a bool) that fits int64; nullopt otherwise (the general path words it).
+std::optional<std::int64_t> int64_of(nb::handle object) {
+  if (!PyLong_Check(object.ptr()) || is_bool(object)) return std::nullopt;
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(object.ptr(), &overflow);
+  if (overflow != 0) return std::nullopt;
+  return value;
+}
 
 nb::object prefill(nb::handle q, nb::handle kv, nb::handle weights, nb::handle k_start,
                    nb::handle k_end, nb::handle clean_logits, nb::handle max_seqlen_k,
                    ml::DType logits_dtype, nb::handle schedule_meta, bool fp32_weights_only) {
-  if (!is_bool(clean_logits) || !is_int(max_seqlen_k)) return nb::none();
+  const auto width = int64_of(max_seqlen_k);
+  if (!is_bool(clean_logits) || !width) return nb::none();
   const auto q_operand = operand_of(q, kInt32);
   const auto kv_operand = operand_of(kv, kKvScales);
   const auto weights_view = view_of(weights, fp32_weights_only ? kFp32 : kWeights);
@@ -177,8 +198,8 @@ nb::object prefill(nb::handle q, nb::handle kv, nb::handle weights, nb::handle k
   ml::MqaLogitsOptions options;
   options.schedule_meta = optional_view(schedule_meta, kInt32, eligible);
   if (!eligible) return nb::none();
-  options.clean_logits = nb::cast<bool>(clean_logits);
-  options.max_seqlen_k = nb::cast<std::int64_t>(max_seqlen_k);
+  options.clean_logits = clean_logits.ptr() == Py_True;
+  options.max_seqlen_k = *width;
 
   const at::Tensor& like = values_tensor(q);
   ml::OutputLayout layout;
@@ -187,11 +208,10 @@ nb::object prefill(nb::handle q, nb::handle kv, nb::handle weights, nb::handle k
                                       options.max_seqlen_k, logits_dtype, &layout));
   auto [logits, logits_view] = new_logits(like, layout, logits_dtype);
   options.stream = current_stream(like);
-  {
-    nb::gil_scoped_release release;
-    check(api->mqa_logits(*q_operand, *kv_operand, *weights_view, *start_view, *end_view,
-                          logits_view, options));
-  }
+  call_without_gil([&] {
+    return api->mqa_logits(*q_operand, *kv_operand, *weights_view, *start_view, *end_view,
+                           logits_view, options);
+  });
   return wrap(std::move(logits));
 }
 
@@ -199,7 +219,8 @@ nb::object paged(nb::handle q, nb::handle kv_cache, nb::handle weights, nb::hand
                  nb::handle block_table, nb::handle schedule_meta, nb::handle max_context_len,
                  nb::handle clean_logits, ml::DType logits_dtype, nb::handle indices,
                  bool fp32_weights_only) {
-  if (!is_bool(clean_logits) || !is_int(max_context_len)) return nb::none();
+  const auto width = int64_of(max_context_len);
+  if (!is_bool(clean_logits) || !width) return nb::none();
   const auto q_operand = operand_of(q, kInt32);
   auto cache_view = view_of(kv_cache, kBytes);
   const auto weights_view = view_of(weights, fp32_weights_only ? kFp32 : kWeights);
@@ -212,21 +233,19 @@ nb::object paged(nb::handle q, nb::handle kv_cache, nb::handle weights, nb::hand
   options.indices = optional_view(indices, kInt32, eligible);
   if (!eligible) return nb::none();
   cache_view->dtype = ml::DType::kUInt8;  // the fused cache is raw bytes, however it is typed
-  options.clean_logits = nb::cast<bool>(clean_logits);
-  const auto width = nb::cast<std::int64_t>(max_context_len);
+  options.clean_logits = clean_logits.ptr() == Py_True;
 
   const at::Tensor& like = values_tensor(q);
   const ml::TensorView& values = q_operand->values;
   ml::OutputLayout layout;
   check(api->paged_mqa_logits_output_layout(
-      values.rank >= 2 ? values.shape[0] * values.shape[1] : 0, width, logits_dtype, &layout));
+      values.rank >= 2 ? values.shape[0] * values.shape[1] : 0, *width, logits_dtype, &layout));
   auto [logits, logits_view] = new_logits(like, layout, logits_dtype);
   options.stream = current_stream(like);
-  {
-    nb::gil_scoped_release release;
-    check(api->paged_mqa_logits(*q_operand, *cache_view, *weights_view, *lens_view, *table_view,
-                                *meta_view, width, logits_view, options));
-  }
+  call_without_gil([&] {
+    return api->paged_mqa_logits(*q_operand, *cache_view, *weights_view, *lens_view,
+                                 *table_view, *meta_view, *width, logits_view, options);
+  });
   return wrap(std::move(logits));
 }
 
@@ -245,48 +264,45 @@ std::pair<at::Tensor, ml::TensorView> new_metadata(const at::Tensor& like, std::
   return {std::move(out), view};
 }
 
+// An int64 that fits int32 (the metadata functions' int arguments), nullopt otherwise.
+std::optional<int> int32_of(nb::handle object) {
+  const auto value = int64_of(object);
+  if (!value || *value < INT32_MIN || *value > INT32_MAX) return std::nullopt;
+  return static_cast<int>(*value);
+}
+
 nb::object paged_metadata(nb::handle context_lens, nb::handle block_kv, nb::handle num_sms,
                           nb::handle indices) {
-  if (!is_int(block_kv) || !is_int(num_sms)) return nb::none();
+  const auto block = int32_of(block_kv);
+  const auto workers = int32_of(num_sms);
   const auto lens_view = view_of(context_lens, kInt32);
-  bool eligible = lens_view.has_value();
+  bool eligible = block && workers && *workers >= 1 && lens_view;
   const auto indices_view = optional_view(indices, kInt32, eligible);
-  if (!eligible) return nb::none();
-  const auto workers = nb::cast<std::int64_t>(num_sms);
-  const auto block = nb::cast<std::int64_t>(block_kv);
-  // Out of int range: the general path words the refusal.
-  if (workers < 1 || workers > INT32_MAX || block < INT32_MIN || block > INT32_MAX) {
-    return nb::none();
-  }
+  if (!eligible) return nb::none();  // the general path words the refusal
   const at::Tensor& like = *tensor_of(context_lens);
-  auto [out, out_view] = new_metadata(like, workers + 1);
-  {
-    nb::gil_scoped_release release;
-    check(api->get_paged_mqa_logits_metadata(*lens_view, static_cast<int>(block),
-                                             static_cast<int>(workers), out_view, indices_view,
-                                             current_stream(like)));
-  }
+  auto [out, out_view] = new_metadata(like, std::int64_t{*workers} + 1);
+  call_without_gil([&] {
+    return api->get_paged_mqa_logits_metadata(*lens_view, *block, *workers, out_view,
+                                              indices_view, current_stream(like));
+  });
   return wrap(std::move(out));
 }
 
 nb::object prefill_metadata(nb::handle k_start, nb::handle k_end, nb::handle num_kv_tokens,
                             nb::handle num_heads) {
-  if (!is_int(num_kv_tokens) || !is_int(num_heads)) return nb::none();
+  const auto seq_len_kv = int64_of(num_kv_tokens);
+  const auto heads = int32_of(num_heads);
   const auto start_view = view_of(k_start, kInt32);
   const auto end_view = view_of(k_end, kInt32);
-  if (!start_view || !end_view) return nb::none();
-  const auto heads = nb::cast<std::int64_t>(num_heads);
-  if (heads < INT32_MIN || heads > INT32_MAX) return nb::none();
+  if (!seq_len_kv || !heads || !start_view || !end_view) return nb::none();
   int workers = 0;
   check(api->get_num_sms(&workers));
   const at::Tensor& like = *tensor_of(k_start);
   auto [out, out_view] = new_metadata(like, std::int64_t{workers} + 1);
-  {
-    nb::gil_scoped_release release;
-    check(api->get_mqa_logits_metadata(*start_view, *end_view,
-                                       nb::cast<std::int64_t>(num_kv_tokens),
-                                       static_cast<int>(heads), out_view, current_stream(like)));
-  }
+  call_without_gil([&] {
+    return api->get_mqa_logits_metadata(*start_view, *end_view, *seq_len_kv, *heads, out_view,
+                                        current_stream(like));
+  });
   return wrap(std::move(out));
 }
 
