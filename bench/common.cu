@@ -9,12 +9,6 @@
 
 namespace mqa_logits::bench {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-  }
-}
-
 namespace {
 
 void check_cublas(cublasStatus_t status, const char* what) {
@@ -47,12 +41,12 @@ __global__ void copy_kernel(const uint4* src, uint4* dst, std::size_t count) {
 double copy_bandwidth_tbps() {
   constexpr std::size_t kBytes = std::size_t{2} << 30;
   void *src = nullptr, *dst = nullptr;
-  check(cudaMalloc(&src, kBytes), "cudaMalloc");
-  check(cudaMalloc(&dst, kBytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&src, kBytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&dst, kBytes), "cudaMalloc");
   fill_random_fp8<<<1024, 256>>>(static_cast<std::uint8_t*>(src), kBytes, 7);
-  check(cudaGetLastError(), "fill_random_fp8");
+  check_cuda(cudaGetLastError(), "fill_random_fp8");
   int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
   const Timing t = time_graph([&](cudaStream_t s) {
     copy_kernel<<<sms * 8, 512, 0, s>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst),
                                          kBytes / sizeof(uint4));
@@ -67,13 +61,13 @@ double fp8_gemm_tflops() {
   constexpr std::size_t kWorkspace = 64 << 20;
   std::uint8_t *a = nullptr, *b = nullptr;
   void *d = nullptr, *workspace = nullptr;
-  check(cudaMalloc(&a, std::size_t{kSize} * kSize), "cudaMalloc");
-  check(cudaMalloc(&b, std::size_t{kSize} * kSize), "cudaMalloc");
-  check(cudaMalloc(&d, std::size_t{kSize} * kSize * 2), "cudaMalloc");
-  check(cudaMalloc(&workspace, kWorkspace), "cudaMalloc");
+  check_cuda(cudaMalloc(&a, std::size_t{kSize} * kSize), "cudaMalloc");
+  check_cuda(cudaMalloc(&b, std::size_t{kSize} * kSize), "cudaMalloc");
+  check_cuda(cudaMalloc(&d, std::size_t{kSize} * kSize * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&workspace, kWorkspace), "cudaMalloc");
   fill_random_fp8<<<1024, 256>>>(a, std::size_t{kSize} * kSize, 1);
   fill_random_fp8<<<1024, 256>>>(b, std::size_t{kSize} * kSize, 2);
-  check(cudaGetLastError(), "fill_random_fp8");
+  check_cuda(cudaGetLastError(), "fill_random_fp8");
 
   cublasLtHandle_t handle;
   check_cublas(cublasLtCreate(&handle), "cublasLtCreate");
@@ -134,26 +128,26 @@ Ceilings measure_ceilings() { return {copy_bandwidth_tbps(), fp8_gemm_tflops()};
 
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, int samples) {
   cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (int i = 0; i < 3; ++i) enqueue(stream);  // warm-up outside the graph (module load etc.)
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   for (int i = 0; i < calls; ++i) enqueue(stream);
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   cudaEvent_t begin, end;
-  check(cudaEventCreate(&begin), "cudaEventCreate");
-  check(cudaEventCreate(&end), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&end), "cudaEventCreate");
   std::vector<double> per_call;
   for (int i = 0; i < samples; ++i) {
-    check(cudaEventRecord(begin, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaEventRecord(end, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(end), "cudaEventSynchronize");
+    check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
+    check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize");
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
     per_call.push_back(ms * 1000.0 / calls);
   }
   cudaEventDestroy(begin);
@@ -171,13 +165,13 @@ DeviceArena::DeviceArena(const std::vector<support::HostBuffer>& buffers, std::s
   for (const auto& buffer : buffers) {
     void* device = nullptr;
     if (!buffer.bytes.empty()) {
-      check(cudaMalloc(&device, buffer.bytes.size()), "cudaMalloc");
-      check(cudaMemcpy(device, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      check_cuda(cudaMalloc(&device, buffer.bytes.size()), "cudaMalloc");
+      check_cuda(cudaMemcpy(device, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
     }
     pointers_.push_back(device);
   }
-  check(cudaMalloc(&logits_, logits_bytes), "cudaMalloc logits");
-  check(cudaMemset(logits_, 0xff, logits_bytes), "cudaMemset logits");
+  check_cuda(cudaMalloc(&logits_, logits_bytes), "cudaMalloc logits");
+  check_cuda(cudaMemset(logits_, 0xff, logits_bytes), "cudaMemset logits");
 }
 
 DeviceArena::~DeviceArena() {
@@ -187,14 +181,14 @@ DeviceArena::~DeviceArena() {
 
 void DeviceArena::upload(std::size_t slot, const support::HostBuffer& buffer) const {
   if (!buffer.bytes.empty()) {
-    check(cudaMemcpy(pointers_.at(slot), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
+    check_cuda(cudaMemcpy(pointers_.at(slot), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
           "cudaMemcpy");
   }
 }
 
 std::vector<std::byte> DeviceArena::download_logits() const {
   std::vector<std::byte> host(logits_bytes_);
-  check(cudaMemcpy(host.data(), logits_, logits_bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy logits");
+  check_cuda(cudaMemcpy(host.data(), logits_, logits_bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy logits");
   return host;
 }
 
@@ -210,7 +204,7 @@ std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes
   auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
   for (const std::int64_t row : rows) {
     const std::size_t offset = static_cast<std::size_t>(row) * row_stride_bytes;
-    check(cudaMemcpy(host.get() + offset, static_cast<const std::byte*>(device) + offset, row_bytes,
+    check_cuda(cudaMemcpy(host.get() + offset, static_cast<const std::byte*>(device) + offset, row_bytes,
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy logits row");
   }

@@ -13,12 +13,11 @@
 #include <variant>
 #include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "support/workload.hpp"
 
 namespace mqa_logits::bench {
 
-// Throws std::runtime_error naming `what` unless `status` is cudaSuccess.
-void check(cudaError_t status, const char* what);
 
 struct Ceilings {
   double copy_tbps = 0;   // device-to-device copy, bytes read + written per second / 1e12

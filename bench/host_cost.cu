@@ -32,11 +32,11 @@ struct HostCost {
 HostCost host_cost(const std::function<void()>& call, cudaStream_t stream) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < kWarmupCalls; ++i) call();
-  check(cudaStreamSynchronize(stream), "warm-up");
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
   const auto start = Clock::now();
   for (int i = 0; i < kCalls; ++i) call();
   const auto issued = Clock::now();
-  check(cudaStreamSynchronize(stream), "host-cost loop");
+  check_cuda(cudaStreamSynchronize(stream), "host-cost loop");
   const auto done = Clock::now();
   const auto per_call = [](auto duration) {
     return std::chrono::duration<double, std::micro>(duration).count() / kCalls;
@@ -74,7 +74,7 @@ Record row(const std::string& call, const HostCost& cost, bool has_bar) {
 
 std::vector<Record> run_host_cost_bench(const BenchContext&) {
   cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
   const support::PrefillSpec prefill_spec{.seq_len = 64, .seq_len_kv = 256, .seed = 11};
   const support::PagedSpec paged_spec{.batch = 4, .avg_context = 256, .seed = 12};
@@ -86,7 +86,7 @@ std::vector<Record> run_host_cost_bench(const BenchContext&) {
   const int workers = get_num_sms();
   const auto meta_rows = schedule_meta_rows(workers);
   std::int32_t* meta = nullptr;
-  check(cudaMalloc(&meta, meta_rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
+  check_cuda(cudaMalloc(&meta, meta_rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
   const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {meta_rows, 2}, kGpu);
 
   const auto prefill_call = [&](bool clean, cudaStream_t on = nullptr) {
@@ -135,12 +135,12 @@ std::vector<Record> run_host_cost_bench(const BenchContext&) {
   }, stream), false));
   records.push_back(row("cudaPointerGetAttributes", host_cost([&] {
     cudaPointerAttributes attributes{};
-    check(cudaPointerGetAttributes(&attributes, prefill.arena.logits()),
+    check_cuda(cudaPointerGetAttributes(&attributes, prefill.arena.logits()),
           "cudaPointerGetAttributes");
   }, stream), false));
 
   cudaFree(meta);
-  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
   return records;
 }
 

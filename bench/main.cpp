@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   }
   try {
     cudaDeviceProp props{};
-    check(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
+    mqa_logits::check_cuda(cudaGetDeviceProperties(&props, 0), "cudaGetDeviceProperties");
     context.ceilings = measure_ceilings();
     std::printf("%s, %d SMs: copy %.2f TB/s, FP8 GEMM 8192^3 %.0f TFLOPS\n", props.name,
                 props.multiProcessorCount, context.ceilings.copy_tbps, context.ceilings.fp8_tflops);

@@ -79,7 +79,7 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
   const int workers = get_num_sms();
   const auto rows = schedule_meta_rows(workers);
   std::int32_t* meta = nullptr;
-  check(cudaMalloc(&meta, rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
+  check_cuda(cudaMalloc(&meta, rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
   const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {rows, 2}, gpu);
   auto metadata = [&](cudaStream_t stream) {
     get_paged_mqa_logits_metadata(in.context_lens, spec.block_kv, workers, meta_view,
@@ -94,9 +94,9 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
   };
 
   metadata(nullptr);
-  check(cudaMemset(device_logits, 0xff, workload.logits_bytes()), "poison logits");
+  check_cuda(cudaMemset(device_logits, 0xff, workload.logits_bytes()), "poison logits");
   call(nullptr);
-  check(cudaDeviceSynchronize(), "decode call");
+  check_cuda(cudaDeviceSynchronize(), "decode call");
   // Only the sampled rows come back: the whole output is gigabytes at large B x N x context.
   const auto sample = support::sample_rows(workload.num_rows, context.quick ? 4 : 8, 3);
   const std::size_t element = dtype_size(spec.logits_dtype);

@@ -56,7 +56,7 @@ std::string skip_reason(std::int64_t batch, std::int64_t avg_context, std::int64
     return reason;
   }
   std::size_t free_bytes = 0, total_bytes = 0;
-  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   const double logits = static_cast<double>(batch * max_next_n) * 1.3 *
                         static_cast<double>(avg_context) * sizeof(float);
   if (cache + logits > 0.9 * static_cast<double>(free_bytes)) {
@@ -72,11 +72,11 @@ std::string skip_reason(std::int64_t batch, std::int64_t avg_context, std::int64
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes) {
-    if (bytes != 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+    if (bytes != 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
   }
   explicit DeviceBuffer(const support::HostBuffer& buffer) : DeviceBuffer(buffer.bytes.size()) {
     if (data_ != nullptr) {
-      check(cudaMemcpy(data_, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
+      check_cuda(cudaMemcpy(data_, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
             "cudaMemcpy");
     }
   }

@@ -48,7 +48,7 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
   std::int32_t* meta = nullptr;
   if (scheduled) {
     const auto rows = schedule_meta_rows(get_num_sms());
-    check(cudaMalloc(&meta, rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
+    check_cuda(cudaMalloc(&meta, rows * 2 * sizeof(std::int32_t)), "cudaMalloc meta");
     const auto meta_view = TensorView::contiguous(meta, DType::kInt32, {rows, 2}, gpu);
     get_mqa_logits_metadata(in.k_start, in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads), meta_view);
     in.options.schedule_meta = meta_view;
@@ -59,9 +59,9 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
     options.stream = stream;
     mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, logits, options);
   };
-  check(cudaMemset(arena.logits(), 0xff, workload.logits_bytes()), "poison logits");
+  check_cuda(cudaMemset(arena.logits(), 0xff, workload.logits_bytes()), "poison logits");
   call(nullptr);
-  check(cudaDeviceSynchronize(), "prefill call");
+  check_cuda(cudaDeviceSynchronize(), "prefill call");
   const auto rows = support::sample_rows(spec.seq_len, context.quick ? 4 : 8, 3);
   const std::size_t element = dtype_size(spec.logits_dtype);
   const auto host = arena.download_rows(rows, workload.layout.row_stride * element,

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/cuda_check.hpp"
 #include "executor.hpp"
 
 namespace mqa_logits::cli {
@@ -20,12 +21,6 @@ constexpr int kCopyProbeReps = 10;
 // H100/H200 SXM (132 SMs) at its 1830 MHz rated clock.
 constexpr double kHopperFp8FlopsPerSmClock = 8192.0;
 
-void check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) {
-    throw CudaError(std::string(call) + " failed: " + cudaGetErrorString(status));
-  }
-}
-
 struct DeviceFree {
   void operator()(void* p) const { cudaFree(p); }
 };
@@ -33,13 +28,13 @@ using DeviceBuffer = std::unique_ptr<void, DeviceFree>;
 
 DeviceBuffer device_alloc(std::size_t bytes) {
   void* p = nullptr;
-  check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc");
+  check_cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc");
   return DeviceBuffer(p);
 }
 
 class Event {
  public:
-  Event() { check(cudaEventCreate(&event_), "cudaEventCreate"); }
+  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
   ~Event() { cudaEventDestroy(event_); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -54,12 +49,12 @@ template <typename Enqueue>
 double time_on_stream(cudaStream_t stream, const Enqueue& enqueue) {
   Event start;
   Event stop;
-  check(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+  check_cuda(cudaEventRecord(start.get(), stream), "cudaEventRecord");
   enqueue();
-  check(cudaEventRecord(stop.get(), stream), "cudaEventRecord");
-  check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+  check_cuda(cudaEventRecord(stop.get(), stream), "cudaEventRecord");
+  check_cuda(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
   float ms = 0.0f;
-  check(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
+  check_cuda(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
   return ms * 1e-3;
 }
 
@@ -84,7 +79,7 @@ Graph end_capture(cudaStream_t stream) {
 // A graph of `calls` back-to-back calls, or null when the calls cannot be captured (the capture
 // is then ended and its error cleared, and the caller times the calls directly).
 GraphExec capture_calls(cudaStream_t stream, const std::function<void()>& enqueue_call, int calls) {
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   bool enqueued = true;
   try {
     for (int i = 0; i < calls; ++i) enqueue_call();
@@ -111,13 +106,13 @@ class CudaExecutor final : public Executor {
       cudaGetLastError();
       throw std::runtime_error("no CUDA device is visible");
     }
-    check(cudaGetDevice(&device_), "cudaGetDevice");
+    check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
     cudaDeviceProp props{};
-    check(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
+    check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
     name_ = props.name;
     compute_capability_ = props.major * 10 + props.minor;
     sm_count_ = props.multiProcessorCount;
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~CudaExecutor() override {
     cudaStreamSynchronize(stream_);
@@ -140,27 +135,27 @@ class CudaExecutor final : public Executor {
         continue;
       }
       void* p = keep(device_alloc(buffer.bytes.size()));
-      check(cudaMemcpyAsync(p, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice,
+      check_cuda(cudaMemcpyAsync(p, buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice,
                             stream_),
             "cudaMemcpyAsync");
       pointers.push_back(p);
     }
     // The host buffers may change or go once this returns.
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return pointers;
   }
 
   void* allocate_poisoned(std::size_t bytes) override {
     void* p = keep(device_alloc(bytes));
-    check(cudaMemsetAsync(p, 0xff, bytes, stream_), "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(p, 0xff, bytes, stream_), "cudaMemsetAsync");
     return p;
   }
 
   std::vector<std::byte> read_back(const void* data, std::size_t bytes) override {
     std::vector<std::byte> host(bytes);
-    check(cudaMemcpyAsync(host.data(), data, bytes, cudaMemcpyDeviceToHost, stream_),
+    check_cuda(cudaMemcpyAsync(host.data(), data, bytes, cudaMemcpyDeviceToHost, stream_),
           "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return host;
   }
 
@@ -169,14 +164,14 @@ class CudaExecutor final : public Executor {
     progress.line.update(progress.label + ": warm-up and " + std::to_string(iters) +
                          " timed repetitions");
     for (int i = 0; i < kWarmupCalls; ++i) enqueue_call();
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 
     CallTiming timing;
     if (const GraphExec graph = capture_calls(stream_, enqueue_call, kCallsPerGraph)) {
       timing.method = "CUDA events around a graph of " + std::to_string(kCallsPerGraph) + " calls";
       for (int i = 0; i < iters; ++i) {
         const double seconds = time_on_stream(
-            stream_, [&] { check(cudaGraphLaunch(graph.get(), stream_), "cudaGraphLaunch"); });
+            stream_, [&] { check_cuda(cudaGraphLaunch(graph.get(), stream_), "cudaGraphLaunch"); });
         timing.seconds.push_back(seconds / kCallsPerGraph);
       }
     } else {
@@ -195,7 +190,7 @@ class CudaExecutor final : public Executor {
     DeviceRates rates;
     if (compute_capability_ / 10 == 9) {
       int clock_khz = 0;
-      check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_),
+      check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_),
             "cudaDeviceGetAttribute");
       rates.peak_flops = kHopperFp8FlopsPerSmClock * sm_count_ * clock_khz * 1e3;
     }
@@ -210,12 +205,12 @@ class CudaExecutor final : public Executor {
   double measure_copy_bandwidth() {
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
-    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     const std::size_t bytes = std::min(kCopyProbeBytes, free_bytes / 4);
     const DeviceBuffer src = device_alloc(bytes);
     const DeviceBuffer dst = device_alloc(bytes);
     const auto copy = [&] {
-      check(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream_),
+      check_cuda(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream_),
             "cudaMemcpyAsync");
     };
     copy();  // warm-up

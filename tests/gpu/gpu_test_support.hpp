@@ -11,15 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 #include "support/reference.hpp"
 #include "support/workload.hpp"
 
 namespace mqa_logits::gpu_test {
-
-inline void check(cudaError_t status, const char* what) {
-  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
-}
 
 // Base fixture: skips (visibly) where no sm_90 GPU is present.
 class GpuTest : public ::testing::Test {
@@ -36,7 +33,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+    if (bytes > 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -54,11 +51,11 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
 
   // 0xff bytes: NaN in fp32 and bf16, so an element the kernel fails to write stays NaN.
-  void poison() { check(cudaMemset(data_, 0xff, bytes_), "cudaMemset"); }
+  void poison() { check_cuda(cudaMemset(data_, 0xff, bytes_), "cudaMemset"); }
 
   std::vector<std::byte> download() const {
     std::vector<std::byte> host(bytes_);
-    if (bytes_ > 0) check(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    if (bytes_ > 0) check_cuda(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
     return host;
   }
 
@@ -78,7 +75,7 @@ inline DeviceInputs upload(const std::vector<support::HostBuffer>& host) {
   for (const auto& buffer : host) {
     DeviceBuffer copy(buffer.bytes.size());
     if (!buffer.bytes.empty()) {
-      check(cudaMemcpy(copy.data(), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
+      check_cuda(cudaMemcpy(copy.data(), buffer.bytes.data(), buffer.bytes.size(), cudaMemcpyHostToDevice),
             "cudaMemcpy H2D");
     }
     device.pointers.push_back(copy.data());

@@ -25,7 +25,7 @@ using test::PrefillInputs;
 
 DeviceBuffer upload(const void* host, std::size_t bytes) {
   DeviceBuffer buffer(bytes);
-  gpu_test::check(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check_cuda(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   return buffer;
 }
 
@@ -95,7 +95,7 @@ TEST_F(DevicePrefill, RefusesMixedDevices) {
 
 TEST_F(DevicePrefill, RefusesAnInvisibleDeviceIndex) {
   int count = 0;
-  gpu_test::check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   for (TensorView* view : {&in_.q.values, &in_.kv.values, &*in_.kv.scales, &in_.weights,
                            &in_.k_start, &in_.k_end, &in_.logits}) {
     view->device.index = count;
@@ -137,15 +137,15 @@ TEST_F(DevicePrefill, BackendPointerChecks) {
   expect_refused([&] { cuda_backend::require_device_pointer(in_.q_data.data(), 0, "x"); }, "x");
   expect_refused([&] { cuda_backend::require_host_pointer(q_.data(), "y"); }, "y");
   void* managed = nullptr;
-  gpu_test::check(cudaMallocManaged(&managed, 256), "cudaMallocManaged");
+  check_cuda(cudaMallocManaged(&managed, 256), "cudaMallocManaged");
   EXPECT_NO_THROW(cuda_backend::require_device_pointer(managed, 0, "m"));
   EXPECT_NO_THROW(cuda_backend::require_host_pointer(managed, "m"));
-  gpu_test::check(cudaFree(managed), "cudaFree");
+  check_cuda(cudaFree(managed), "cudaFree");
   void* pinned = nullptr;
-  gpu_test::check(cudaMallocHost(&pinned, 256), "cudaMallocHost");
+  check_cuda(cudaMallocHost(&pinned, 256), "cudaMallocHost");
   expect_refused([&] { cuda_backend::require_device_pointer(pinned, 0, "p"); }, "p");
   EXPECT_NO_THROW(cuda_backend::require_host_pointer(pinned, "p"));
-  gpu_test::check(cudaFreeHost(pinned), "cudaFreeHost");
+  check_cuda(cudaFreeHost(pinned), "cudaFreeHost");
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
@@ -174,9 +174,9 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
 
 TEST_F(DevicePrefill, SmCountSettings) {
   int device = 0;
-  gpu_test::check(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   int sms = 0;
-  gpu_test::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sms");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sms");
   const int before = get_num_sms();
   expect_refused([&] { set_num_sms(sms + 1); }, "num_sms");
   EXPECT_NO_THROW(set_num_sms(sms));

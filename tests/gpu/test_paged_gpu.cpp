@@ -87,7 +87,7 @@ class PagedCase {
                      sizeof(std::int32_t)),
         out_(workload_.logits_bytes()) {
     if (!table_.entries.empty()) {
-      gpu_test::check(cudaMemcpy(device_table_.data(), table_.entries.data(), device_table_.bytes(),
+      check_cuda(cudaMemcpy(device_table_.data(), table_.entries.data(), device_table_.bytes(),
                                  cudaMemcpyHostToDevice),
                       "cudaMemcpy block table");
     }
@@ -122,7 +122,7 @@ class PagedCase {
     paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
                      workload_.max_context_len, workload_.logits_view(out_.data(), kGpu),
                      in.options);
-    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return out_.download();
   }
 
@@ -426,7 +426,7 @@ TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
 
     DeviceBuffer device_lens(std::max<std::size_t>(lens.size(), 1) * sizeof(std::int32_t));
     if (!lens.empty()) {
-      gpu_test::check(cudaMemcpy(device_lens.data(), lens.data(),
+      check_cuda(cudaMemcpy(device_lens.data(), lens.data(),
                                  lens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
                       "cudaMemcpy lens");
     }
@@ -436,7 +436,7 @@ TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
     DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
     get_paged_mqa_logits_metadata(dev_lens, 64, workers,
                                   meta_view(device_meta.data(), workers, kGpu));
-    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     ASSERT_EQ(download_meta(device_meta), host)
         << "trial " << trial << " batch " << batch << " cols " << cols << " workers " << workers;
   }
@@ -472,16 +472,16 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
     const std::size_t bytes = std::max<std::size_t>(start.size(), 1) * sizeof(std::int32_t);
     DeviceBuffer device_start(bytes), device_end(bytes);
     if (s > 0) {
-      gpu_test::check(cudaMemcpy(device_start.data(), start.data(), s * 4, cudaMemcpyHostToDevice),
+      check_cuda(cudaMemcpy(device_start.data(), start.data(), s * 4, cudaMemcpyHostToDevice),
                       "start");
-      gpu_test::check(cudaMemcpy(device_end.data(), end.data(), s * 4, cudaMemcpyHostToDevice),
+      check_cuda(cudaMemcpy(device_end.data(), end.data(), s * 4, cudaMemcpyHostToDevice),
                       "end");
     }
     DeviceBuffer device_meta(host.size() * sizeof(std::int32_t));
     get_mqa_logits_metadata(TensorView::contiguous(device_start.data(), DType::kInt32, {s}, kGpu),
                             TensorView::contiguous(device_end.data(), DType::kInt32, {s}, kGpu), t,
                             heads, meta_view(device_meta.data(), workers, kGpu));
-    gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     set_num_sms(saved);
     ASSERT_EQ(download_meta(device_meta), host) << "trial " << trial << " S " << s << " T " << t
                                                 << " H " << heads << " workers " << workers;

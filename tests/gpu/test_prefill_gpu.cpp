@@ -40,7 +40,7 @@ std::vector<std::byte> gpu_logits(const PrefillWorkload& workload, const gpu_tes
   auto in = workload.inputs(device.pointers, kGpu);
   in.options.schedule_meta = schedule_meta;
   mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data(), kGpu), in.options);
-  gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return out.download();
 }
 
@@ -384,7 +384,7 @@ TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
     const auto call = [&] {
       mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end,
                  workload.logits_view(out.data(), kGpu), in.options);
-      gpu_test::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     };
     if (width == 64) {
       EXPECT_THROW(call(), InvalidArgument);
