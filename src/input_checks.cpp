@@ -28,12 +28,12 @@ void expect_same_metadata(const std::int32_t* given, const std::vector<std::int3
       const std::int64_t i = row * schedule::kMetaCols + col;
       if (given[i] == expected[static_cast<std::size_t>(i)]) continue;
       const bool fingerprint = row == rows - 1 && col == 1;
-      refuse("schedule_meta",
-             "expected " + function + " of this call's " + inputs + " for " +
-                 std::to_string(rows - 1) + " workers, got " +
-                 (fingerprint ? "the fingerprint of other inputs" : "another split") + at(row, col) +
-                 " (" + std::to_string(given[i]) + ", expected " +
-                 std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
+      const std::string what = fingerprint ? "the fingerprint of other inputs" : "another split";
+      refuse("schedule_meta", "expected " + function + " of this call's " + inputs + " for " +
+                                  std::to_string(rows - 1) + " workers, got " + what +
+                                  at(row, col) + " (" + std::to_string(given[i]) +
+                                  ", expected " +
+                                  std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
     }
   }
 }
@@ -45,7 +45,9 @@ void check_paged_lengths(const PagedProblem& p) {
     const std::int64_t len = p.context_lens[i];
     const std::string where =
         p.context_lens_2d ? at(i / p.next_n, i % p.next_n) : at(i);
-    if (len < 0) refuse("context_lens", "expected lengths >= 0, got " + std::to_string(len) + where);
+    if (len < 0) {
+      refuse("context_lens", "expected lengths >= 0, got " + std::to_string(len) + where);
+    }
     if (len > p.max_context_len) {
       refuse("context_lens", "expected lengths <= max_context_len (" +
                                  std::to_string(p.max_context_len) + "), got " +
@@ -98,8 +100,9 @@ void check_paged(const PagedProblem& p, const PagedScales& scales) {
       for (std::int64_t token = 0; token < tokens; ++token) {
         const float scale = scales.scales[id * scales.block_stride + token];
         if (!(scale >= 0.f)) {
-          refuse("kv_cache", "expected key scales >= 0, got " + std::to_string(scale) + " for token " +
-                                 std::to_string(token) + " of block " + std::to_string(id));
+          refuse("kv_cache", "expected key scales >= 0, got " + std::to_string(scale) +
+                                 " for token " + std::to_string(token) + " of block " +
+                                 std::to_string(id));
         }
       }
     }
@@ -127,7 +130,8 @@ void check_prefill(const PrefillProblem& p) {
     const auto* scales = static_cast<const float*>(p.kv_scales);
     for (std::int64_t key = 0; key < p.seq_len_kv; ++key) {
       if (!(scales[key] >= 0.f)) {
-        refuse("kv_scales", "expected key scales >= 0, got " + std::to_string(scales[key]) + at(key));
+        refuse("kv_scales",
+               "expected key scales >= 0, got " + std::to_string(scales[key]) + at(key));
       }
     }
   }

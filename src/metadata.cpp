@@ -12,8 +12,8 @@ namespace mqa_logits::host {
 namespace {
 
 // Writes row k = (group, item within the group) of the first item of worker k, and row
-// `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the list (more
-// workers than items) gets the end row too.
+// `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the
+// list (more workers than items) gets the end row too.
 void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out) {
   std::int64_t total = 0;
   for (const std::int64_t items : group_items) total += items;

@@ -223,8 +223,8 @@ void translate_exceptions(const std::exception_ptr& exception, void*) {
 
 NB_MODULE(_C, m) {
   m.doc() =
-      "Low-level bindings of the mqa_logits C++ library over array descriptors. Use the functions of "
-      "the `mqa_logits` package instead: they allocate outputs and pick the CUDA stream.";
+      "Low-level bindings of the mqa_logits C++ library over array descriptors. Use the functions "
+      "of the `mqa_logits` package instead: they allocate outputs and pick the CUDA stream.";
   m.attr("__version__") = MQA_LOGITS_VERSION;
   nb::register_exception_translator(translate_exceptions);
 

@@ -121,8 +121,8 @@ def test_what_the_fast_path_leaves_to_the_general_path(rng):
     assert fast(start=args["cu_seq_len_k_start"].numpy()) is None
     assert fast(weights=args["weights"].double()) is None
     assert fast(clean=1) is None
-    subclass_result = mqa_logits.fp8_mqa_logits(**dict(args,
-                                                      weights=args["weights"].as_subclass(_Subclass)))
+    subclass = args["weights"].as_subclass(_Subclass)
+    subclass_result = mqa_logits.fp8_mqa_logits(**dict(args, weights=subclass))
     assert torch.equal(bits(subclass_result), bits(mqa_logits.fp8_mqa_logits(**args)))
     with pytest.raises(TypeError, match=r"^weights: expected dtype float32 \(fp8_mqa_logits"):
         mqa_logits.fp8_mqa_logits(**dict(args, weights=args["weights"].double()))
