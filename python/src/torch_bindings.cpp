@@ -82,6 +82,21 @@ const at::Tensor* tensor_of(nb::handle object) {
   return &THPVariable_Unpack(object.ptr());
 }
 
+// The view of a CPU or CUDA tensor of at most kMaxRank dims, read as `dtype`.
+ml::TensorView tensor_view(const at::Tensor& tensor, ml::DType dtype) {
+  ml::TensorView view;
+  view.data = tensor.data_ptr();
+  view.dtype = dtype;
+  view.rank = static_cast<int>(tensor.dim());
+  for (int d = 0; d < view.rank; ++d) {
+    view.shape[d] = tensor.size(d);
+    view.strides[d] = tensor.stride(d);
+  }
+  view.device = tensor.is_cuda() ? ml::Device{ml::DeviceType::kCUDA, tensor.device().index()}
+                                 : ml::Device{ml::DeviceType::kCPU, 0};
+  return view;
+}
+
 // `object`'s view when it is a plain CPU or CUDA tensor of an accepted dtype.
 std::optional<ml::TensorView> view_of(nb::handle object, Accepted accepted) {
   const at::Tensor* tensor = tensor_of(object);
@@ -89,19 +104,8 @@ std::optional<ml::TensorView> view_of(nb::handle object, Accepted accepted) {
   const std::optional<ml::DType> dtype = dtype_of(tensor->scalar_type());
   bool ok = false;
   for (ml::DType a : accepted) ok = ok || dtype == a;
-  const c10::Device device = tensor->device();
-  if (!ok || !(device.is_cpu() || device.is_cuda())) return std::nullopt;
-  ml::TensorView view;
-  view.data = tensor->data_ptr();
-  view.dtype = *dtype;
-  view.rank = static_cast<int>(tensor->dim());
-  for (int d = 0; d < view.rank; ++d) {
-    view.shape[d] = tensor->size(d);
-    view.strides[d] = tensor->stride(d);
-  }
-  view.device = device.is_cuda() ? ml::Device{ml::DeviceType::kCUDA, device.index()}
-                                 : ml::Device{ml::DeviceType::kCPU, 0};
-  return view;
+  if (!ok || !(tensor->is_cpu() || tensor->is_cuda())) return std::nullopt;
+  return tensor_view(*tensor, *dtype);
 }
 
 // An optional argument: nullopt (None), or its view; `eligible` turns false when it is neither.
@@ -113,9 +117,15 @@ std::optional<ml::TensorView> optional_view(nb::handle object, Accepted accepted
   return view;
 }
 
+// A quantized operand and the tensor of its values (where the outputs go).
+struct Operand {
+  ml::QuantizedTensor view;
+  const at::Tensor* values;
+};
+
 // A tensor or a (values, scales) pair, typed as _arrays.operand does: byte values with no scales
 // or float32 scales are FP8 e4m3 codes.
-std::optional<ml::QuantizedTensor> operand_of(nb::handle object, Accepted scales_accepted) {
+std::optional<Operand> operand_of(nb::handle object, Accepted scales_accepted) {
   nb::handle values = object, scales = nb::none();
   if (PyTuple_Check(object.ptr()) || PyList_Check(object.ptr())) {
     if (nb::len(object) != 2) return std::nullopt;
@@ -127,16 +137,11 @@ std::optional<ml::QuantizedTensor> operand_of(nb::handle object, Accepted scales
   const std::optional<ml::TensorView> scales_view =
       optional_view(scales, scales_accepted, eligible);
   if (!values_view || !eligible) return std::nullopt;
-  ml::QuantizedTensor operand{*values_view, scales_view};
+  Operand operand{{*values_view, scales_view}, tensor_of(values)};
   if (!scales_view || scales_view->dtype == ml::DType::kFloat32) {
-    operand.values.dtype = ml::DType::kFloat8E4M3;
+    operand.view.values.dtype = ml::DType::kFloat8E4M3;
   }
   return operand;
-}
-
-const at::Tensor& values_tensor(nb::handle operand) {
-  const bool pair = PyTuple_Check(operand.ptr()) || PyList_Check(operand.ptr());
-  return *tensor_of(pair ? operand[0] : operand);
 }
 
 cudaStream_t current_stream(const at::Tensor& like) {
@@ -160,14 +165,7 @@ std::pair<at::Tensor, ml::TensorView> new_logits(const at::Tensor& like,
   }
   at::Tensor logits = at::empty_strided({layout.rows, layout.cols}, {row_stride, 1},
                                         like.options().dtype(torch_dtype(dtype)));
-  ml::TensorView view;
-  view.data = logits.data_ptr();
-  view.dtype = dtype;
-  view.rank = 2;
-  view.shape = {layout.rows, layout.cols};
-  view.strides = {row_stride, 1};
-  view.device = like.is_cuda() ? ml::Device{ml::DeviceType::kCUDA, like.device().index()}
-                               : ml::Device{ml::DeviceType::kCPU, 0};
+  const ml::TensorView view = tensor_view(logits, dtype);
   return {std::move(logits), view};
 }
 
@@ -201,16 +199,18 @@ nb::object prefill(nb::handle q, nb::handle kv, nb::handle weights, nb::handle k
   options.clean_logits = clean_logits.ptr() == Py_True;
   options.max_seqlen_k = *width;
 
-  const at::Tensor& like = values_tensor(q);
+  const at::Tensor& like = *q_operand->values;
+  const ml::TensorView& q_values = q_operand->view.values;
+  const ml::TensorView& kv_values = kv_operand->view.values;
   ml::OutputLayout layout;
-  check(api->mqa_logits_output_layout(q_operand->values.rank > 0 ? q_operand->values.shape[0] : 0,
-                                      kv_operand->values.rank > 0 ? kv_operand->values.shape[0] : 0,
+  check(api->mqa_logits_output_layout(q_values.rank > 0 ? q_values.shape[0] : 0,
+                                      kv_values.rank > 0 ? kv_values.shape[0] : 0,
                                       options.max_seqlen_k, logits_dtype, &layout));
   auto [logits, logits_view] = new_logits(like, layout, logits_dtype);
   options.stream = current_stream(like);
   call_without_gil([&] {
-    return api->mqa_logits(*q_operand, *kv_operand, *weights_view, *start_view, *end_view,
-                           logits_view, options);
+    return api->mqa_logits(q_operand->view, kv_operand->view, *weights_view, *start_view,
+                           *end_view, logits_view, options);
   });
   return wrap(std::move(logits));
 }
@@ -235,15 +235,15 @@ nb::object paged(nb::handle q, nb::handle kv_cache, nb::handle weights, nb::hand
   cache_view->dtype = ml::DType::kUInt8;  // the fused cache is raw bytes, however it is typed
   options.clean_logits = clean_logits.ptr() == Py_True;
 
-  const at::Tensor& like = values_tensor(q);
-  const ml::TensorView& values = q_operand->values;
+  const at::Tensor& like = *q_operand->values;
+  const ml::TensorView& values = q_operand->view.values;
   ml::OutputLayout layout;
   check(api->paged_mqa_logits_output_layout(
       values.rank >= 2 ? values.shape[0] * values.shape[1] : 0, *width, logits_dtype, &layout));
   auto [logits, logits_view] = new_logits(like, layout, logits_dtype);
   options.stream = current_stream(like);
   call_without_gil([&] {
-    return api->paged_mqa_logits(*q_operand, *cache_view, *weights_view, *lens_view,
+    return api->paged_mqa_logits(q_operand->view, *cache_view, *weights_view, *lens_view,
                                  *table_view, *meta_view, *width, logits_view, options);
   });
   return wrap(std::move(logits));
@@ -252,15 +252,7 @@ nb::object paged(nb::handle q, nb::handle kv_cache, nb::handle weights, nb::hand
 // Metadata int32 [rows, 2] on `like`'s device, and its view.
 std::pair<at::Tensor, ml::TensorView> new_metadata(const at::Tensor& like, std::int64_t rows) {
   at::Tensor out = at::empty({rows, 2}, like.options().dtype(at::kInt));
-  // Only the package's headers: the library's own functions are _C's (api_table.hpp).
-  ml::TensorView view;
-  view.data = out.data_ptr();
-  view.dtype = ml::DType::kInt32;
-  view.rank = 2;
-  view.shape = {rows, 2};
-  view.strides = {2, 1};
-  view.device = like.is_cuda() ? ml::Device{ml::DeviceType::kCUDA, like.device().index()}
-                               : ml::Device{ml::DeviceType::kCPU, 0};
+  const ml::TensorView view = tensor_view(out, ml::DType::kInt32);
   return {std::move(out), view};
 }
 
