@@ -39,6 +39,11 @@ GPU_SKIP_REASON = _gpu_skip_reason()
 requires_gpu = pytest.mark.skipif(GPU_SKIP_REASON is not None, reason=str(GPU_SKIP_REASON))
 
 
+def bits(x):
+    """A torch tensor's bit pattern on the CPU, so -inf, NaN and signed zeros compare exactly."""
+    return x.view(torch.int16 if x.element_size() == 2 else torch.int32).cpu()
+
+
 def skip_unless_supported(fmt, framework, bf16=False):
     """Skip torch cases without torch, and numpy cases whose dtypes only ml_dtypes provides."""
     if framework == "torch" and torch is None:

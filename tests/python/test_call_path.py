@@ -10,17 +10,13 @@ import pytest
 import mqa_logits
 from mqa_logits import _api
 from reference import make_paged, make_prefill
-from support import requires_torch, torch
+from support import bits, requires_torch, torch
 
 pytestmark = requires_torch
 
 requires_fast_path = pytest.mark.skipif(
     _api._torch_C is None,
     reason="built without the torch fast path (pip install --no-build-isolation . with torch)")
-
-
-def bits(x):
-    return x.view(torch.int16 if x.element_size() == 2 else torch.int32)
 
 
 def calls(seed=1):

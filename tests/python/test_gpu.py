@@ -12,17 +12,12 @@ import pytest
 import mqa_logits
 from reference import (FORMATS, as_numpy, check_logits, make_paged, make_prefill, spec_diff,
                        tolerance)
-from support import requires_gpu, torch
+from support import bits, requires_gpu, torch
 
 pytestmark = requires_gpu
 
 # Formats with CUDA kernels; the others are refused on the GPU (tested below).
 GPU_FORMATS = ["fp8"]
-
-
-def bits(x):
-    """A tensor's bit pattern, so -inf, NaN and signed zeros compare exactly."""
-    return x.view(torch.int16 if x.element_size() == 2 else torch.int32).cpu()
 
 
 def assert_bitwise_equal(a, b):

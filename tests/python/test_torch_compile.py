@@ -10,7 +10,7 @@ import pytest
 
 import mqa_logits
 from reference import make_paged, make_prefill
-from support import GPU_SKIP_REASON, requires_torch, torch
+from support import GPU_SKIP_REASON, bits, requires_torch, torch
 
 pytestmark = requires_torch
 
@@ -26,11 +26,6 @@ OPCHECK_TESTS = ("test_autograd_registration", "test_faketensor", "test_aot_disp
 
 def opcheck(op, args):
     torch.library.opcheck(op, args, test_utils=OPCHECK_TESTS)
-
-
-def bits(x):
-    """A tensor's bit pattern, so -inf, NaN and signed zeros compare exactly."""
-    return x.view(torch.int16 if x.element_size() == 2 else torch.int32).cpu()
 
 
 def assert_same(a, b):
