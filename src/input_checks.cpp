@@ -61,13 +61,13 @@ void check_paged_lengths(const PagedProblem& p) {
   }
 }
 
-// Block-table row of decode row r (indices checked).
-std::int64_t table_row_of(const PagedProblem& p, std::int64_t r) {
-  if (p.indices == nullptr) return r / p.next_n;
-  const std::int64_t index = p.indices[r];
+// Block-table row of decode unit u: sequence u, or in the varlen form row u (indices checked).
+std::int64_t table_row_of(const PagedProblem& p, std::int64_t unit) {
+  if (p.indices == nullptr) return unit;
+  const std::int64_t index = p.indices[unit];
   if (index < 0 || index >= p.table_rows) {
     refuse("indices", "expected block-table rows in [0, " + std::to_string(p.table_rows) +
-                          "), got " + std::to_string(index) + at(r));
+                          "), got " + std::to_string(index) + at(unit));
   }
   return index;
 }
@@ -82,12 +82,11 @@ PagedScales host_paged_scales(const PagedProblem& p) {
 void check_paged(const PagedProblem& p, const PagedScales& scales) {
   check_paged_lengths(p);
   const bool fp8 = p.format == Format::kFP8;
-  for (std::int64_t r = 0; r < p.batch * p.next_n; ++r) {
-    const std::int64_t row = table_row_of(p, r);
-    const int t = static_cast<int>(r % p.next_n);
+  // Per unit, the blocks of its longest row: its other rows read a prefix of them.
+  for (std::int64_t unit = 0; unit < p.batch; ++unit) {
+    const std::int64_t row = table_row_of(p, unit);
     const std::int64_t len =
-        schedule::paged_row_length(p.context_lens, p.context_lens_2d, r / p.next_n,
-                                   static_cast<int>(p.next_n), t);
+        schedule::paged_unit_length(p.context_lens, p.context_lens_2d, p.next_n, unit);
     for (std::int64_t block = 0; block < schedule::ceil_div(len, p.block_kv); ++block) {
       const std::int64_t id = p.block_table[row * p.block_table_row_stride + block];
       if (id < 0 || id >= p.num_blocks) {
