@@ -36,12 +36,13 @@
 //                         tiles at once (the 32 after those already in flight), lane 0 issuing
 //                         the TMA boxes of kKeyBoxRows rows (or, for block strides TMA cannot
 //                         express, every lane 4-byte cp.async with the same swizzle); warp 0 also
-//                         loads q / weights per group, warp 1 first prefetches into L2 what the
-//                         producers read per group (block-table entries, q, weights), and before
-//                         the wait for the previous kernel the metadata rows and context
-//                         lengths. Then all four clean (clean_logits): -inf over every row's
-//                         columns from its length rounded up to a tile to max_context_len,
-//                         spread over all CTAs.
+//                         loads q / weights per group; the last loading warp, once its first
+//                         pass over the ring is issued, prefetches into L2 what the producers
+//                         read at the start of each later group (block-table entries, q,
+//                         weights); warp 1 prefetches, before the wait for the previous kernel,
+//                         the metadata rows and context lengths. Then all four clean
+//                         (clean_logits): -inf over every row's columns from its length rounded
+//                         up to a tile to max_context_len, spread over all CTAs.
 //   math warpgroups       four, three or two (math_warpgroups: as many as the register file
 //                         holds); tile t goes to math warpgroup t % count, so the others' MMAs
 //                         run while one warpgroup's epilogue (paged_epilogue.cuh: relu, weight,
@@ -220,18 +221,20 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
 
   if (threadIdx.x / 32 == 1) prefetch_launch_inputs(params, static_cast<int>(threadIdx.x % 32));
-  if (threadIdx.x == 0) {
-    for (int stage = 0; stage < params.smem.stages; ++stage) {
-      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
-      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
+  if (threadIdx.x < 32) {  // lane i initializes the barriers of stage i and q slot i
+    static_assert(kMaxStages <= 32 && kQSlots <= 32);
+    const int lane = static_cast<int>(threadIdx.x);
+    if (lane < params.smem.stages) {
+      s.full(lane)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
+      s.empty(lane)->init(128);                      // the math warpgroup computing the stage
     }
-    for (int slot = 0; slot < kQSlots; ++slot) {
-      s.q_full(slot)->init(1);
-      s.q_empty(slot)->init(math_warpgroups(kMmaRows, H) * 128);
+    if (lane < kQSlots) {
+      s.q_full(lane)->init(1);
+      s.q_empty(lane)->init(math_warpgroups(kMmaRows, H) * 128);
     }
     fence_barrier_init();
-    prefetch_tensor_map(&params.q_map);
-    if (params.kv_tma) prefetch_tensor_map(&params.kv_map);
+    if (lane == 0) prefetch_tensor_map(&params.q_map);
+    if (lane == 1 && params.kv_tma) prefetch_tensor_map(&params.kv_map);
   }
   __syncthreads();
   // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no
@@ -246,7 +249,6 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   if (warpgroup == 0) {
     lower_register_budget<kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32);
-    if (warp == 1) prefetch_segment<H, kMmaRows>(params, D, static_cast<int>(threadIdx.x % 32));
     if (warp < loading_warps(math_warpgroups(kMmaRows, H))) {
       run_producer<D, H, kMmaRows>(params, s, warp);
     }

@@ -249,25 +249,27 @@ struct PagedParams {
 // Indices are 32-bit: rows times heads of q are TMA coordinates (the launcher checks they fit),
 // and lengths, items and tiles are bounded by int32 context lengths.
 
-// Keys of row `t` of `unit` after the clamping rules of problem.hpp (0 for an invalid varlen
-// index, passed as table_valid).
-__device__ __forceinline__ int row_key_count(const PagedParams& p, int unit, int t,
+// Stored length of row `t` of `unit` (a varlen row is a unit of its own: t is 0).
+__device__ __forceinline__ std::int64_t stored_row_length(const PagedParams& p, int unit, int t) {
+  return p.indices != nullptr
+             ? schedule::paged_row_length(p.context_lens, p.lens_2d, unit, 1, 0)
+             : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
+}
+
+// Keys of a row of stored length `length` after the clamping rules of problem.hpp (none for an
+// invalid varlen index, passed as table_valid).
+__device__ __forceinline__ int row_key_count(const PagedParams& p, std::int64_t length,
                                              bool table_valid) {
-  if (!table_valid) return 0;
-  const std::int64_t len =
-      p.indices != nullptr
-          ? schedule::paged_row_length(p.context_lens, p.lens_2d, unit, 1, 0)
-          : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
-  return static_cast<int>(min64(len, p.key_cap));
+  return table_valid ? static_cast<int>(min64(length, p.key_cap)) : 0;
 }
 
 // Keys of output row `row` (the cleaners' view of the same rule).
 __device__ __forceinline__ int output_row_key_count(const PagedParams& p, int row) {
   if (p.indices != nullptr) {
     const std::int64_t table = p.indices[row];
-    return row_key_count(p, row, 0, table >= 0 && table < p.table_rows);
+    return row_key_count(p, stored_row_length(p, row, 0), table >= 0 && table < p.table_rows);
   }
-  return row_key_count(p, row / p.next_n, row % p.next_n, true);
+  return row_key_count(p, stored_row_length(p, row / p.next_n, row % p.next_n), true);
 }
 
 struct RowTiles {
@@ -303,8 +305,7 @@ struct TileSlots {
 
 // A group of at most kRows rows (the instance's mma_rows: a bound known at compile time keeps the
 // per-row loops short). With kKeepRows the rows' own tiles are kept (the math warpgroups store
-// per row); without, only what loading needs, and the rows are visited in a rolled loop (the
-// producer runs on few registers).
+// per row); without, only what loading needs (the producer runs on few registers).
 template <int kRows, bool kKeepRows>
 struct Group {
   int first_row = 0;  // of q, weights and logits
@@ -371,20 +372,32 @@ __device__ __forceinline__ RowTiles row_tiles(const Segment& seg, int unit, int 
   return r;
 }
 
-__device__ __forceinline__ int unit_items(const PagedParams& p, int unit) {
-  return static_cast<int>(schedule::paged_group_items(
-      schedule::paged_unit_length(p.context_lens, p.lens_2d, p.lens_cols, unit)));
-}
-
 // The group starting at `unit`; `*next` receives the unit after it. Units at or past `unit_end`
-// belong to later workers.
+// belong to later workers. Every row's length is read once, all rows' reads issued together: at
+// a call's start they are one link of the chain of dependent reads before the first keys load.
 template <int kRows, bool kKeepRows>
 __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams& p,
                                                               const Segment& seg, int unit,
                                                               int unit_end, int* next) {
   Group<kRows, kKeepRows> g;
+  const bool varlen = p.indices != nullptr;
+  // Row t's length as stored. The rows of a sequence share its unit; varlen rows are units of
+  // their own, read before the indices that say which of them join this group (so that the two
+  // reads overlap).
+  const int rows_to_read = varlen ? min_int(kRows, p.units - unit) : p.next_n;
+  int length[kRows];  // int32 lengths, clamped at 0
+  int longest = 0;
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) {
+    length[t] = 0;
+    if (t < rows_to_read) {
+      length[t] = static_cast<int>(varlen ? stored_row_length(p, unit + t, 0)
+                                          : stored_row_length(p, unit, t));
+    }
+    longest = max_int(longest, length[t]);
+  }
   std::int64_t table_row = unit;
-  if (p.indices == nullptr) {
+  if (!varlen) {
     g.first_row = unit * p.next_n;
     g.rows = p.next_n;
     *next = unit + 1;
@@ -399,15 +412,15 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
   const bool table_valid = table_row >= 0 && table_row < p.table_rows;
   g.table = table_valid ? p.block_table + table_row * p.table_row_stride : nullptr;
 
-  const int shared_items = p.indices == nullptr ? unit_items(p, unit) : 0;
-#pragma unroll(kKeepRows ? kRows : 1)
+  // A sequence's items are those of its longest row (schedule::paged_unit_length).
+  const int shared_items = static_cast<int>(schedule::paged_group_items(longest));
+#pragma unroll
   for (int t = 0; t < kRows; ++t) {
     if (t < g.rows) {
-      // Varlen rows are units of their own, with their own items.
-      const int row_unit = p.indices == nullptr ? unit : unit + t;
-      const int items = p.indices == nullptr ? shared_items : unit_items(p, row_unit);
+      const int items =
+          varlen ? static_cast<int>(schedule::paged_group_items(length[t])) : shared_items;
       const RowTiles r =
-          row_tiles(seg, row_unit, items, row_key_count(p, row_unit, t, table_valid));
+          row_tiles(seg, varlen ? unit + t : unit, items, row_key_count(p, length[t], table_valid));
       if constexpr (kKeepRows) g.row[t] = r;
       g.key_limit = r.keys > g.key_limit ? r.keys : g.key_limit;
       if (t == 0) {

@@ -1,6 +1,6 @@
 // The decode kernel's warpgroup 0 (paged_kernel.cuh, Warp roles): the loading warps (key tiles,
-// each group's q and weights), warp 1's L2 prefetch of what they read per group, and the
-// cleaners that write -inf past the tiles' columns with clean_logits.
+// each group's q and weights, and the L2 prefetch of what they read at later groups' start), and
+// the cleaners that write -inf past the tiles' columns with clean_logits.
 #pragma once
 
 #include <cuda.h>
@@ -119,6 +119,48 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
   }
 }
 
+// Warms L2 with what the producer reads at the start of each group of this CTA's segment after
+// the first (whose reads are under way when this runs): the block-table entries of its tiles,
+// its q rows and weights. The producer otherwise pays a DRAM round trip per group before its
+// first key load can go out (short sequences at large batch).
+// A later group starts after tens of megabytes of keys have passed through L2, so its table
+// entries and weights (a few hundred bytes to a few kilobytes) are kept with evict_last. Its q
+// rows (8 KB a row at H = 64, D = 128, megabytes a call) are not, for what that much evict_last
+// data left behind might cost the kernels between two calls; their load then waits on HBM
+// (~1 us a call at ~4 groups a CTA: docs/perf-notes.md, "Later groups' table entries kept in
+// L2").
+template <int H, int kMmaRows>
+__device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int lane) {
+  constexpr int kLine = kL2LineBytes;
+  bool first = true;
+  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+    if (first) {
+      first = false;
+      return;
+    }
+    const TileSlots tiles = g.slots(0);
+    const int blocks_per_tile = tile_blocks(p.block_kv);
+    const int first = tiles.tile(tiles.begin) * blocks_per_tile;
+    const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
+                             ceil_div_int(g.key_limit, p.block_kv));
+    constexpr int kEntriesPerLine = kLine / sizeof(*g.table);
+    for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
+      prefetch_l2_evict_last(g.table + entry);
+    }
+    const auto* q = static_cast<const std::uint8_t*>(p.q) +
+                    static_cast<std::int64_t>(g.first_row) * H * head_dim;
+    for (int byte = lane * kLine; byte < g.rows * H * head_dim; byte += 32 * kLine) {
+      prefetch_l2(q + byte);
+    }
+    const int weight_size = p.weights_bf16 ? 2 : 4;
+    const auto* w = static_cast<const std::uint8_t*>(p.weights) +
+                    static_cast<std::int64_t>(g.first_row) * H * weight_size;
+    for (int byte = lane * kLine; byte < g.rows * H * weight_size; byte += 32 * kLine) {
+      prefetch_l2_evict_last(w + byte);
+    }
+  });
+}
+
 // A loading warp's loop: its own tiles (every kLoaders-th slot), their block ids looked up 32
 // tiles at a time, one tile per lane, with the next 32 requested while these are issued.
 template <int D, int H, int kMmaRows, bool kTma, int kBlocksPerTile>
@@ -129,6 +171,11 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   const int block_limit = static_cast<int>(min64(p.num_blocks, INT32_MAX));
   DealtRingPosition<kLoaders> turn(producer);
   RingPosition<kQSlots> q_ring;
+  // The last loading warp warms L2 for the later groups once it has issued its tiles of the first
+  // pass over the ring. Before that, the walk (a chain of dependent reads) would hold back its
+  // first tiles, and with them the end of a short call (docs/perf-notes.md, "A call's fixed
+  // cost").
+  bool later_groups_warmed = producer != kLoaders - 1;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(group_begin);
@@ -151,6 +198,10 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
         if (ids[b] >= 0 && ids[b] < block_limit) mask |= 1u << b;
       }
       load_tile<D, kTma, kBlocksPerTile>(p, s, ids, mask, turn.stage, turn.phase, lane);
+      if (!later_groups_warmed && turn.next + kLoaders >= p.smem.stages) {
+        prefetch_later_groups<H, kMmaRows>(p, D, lane);
+        later_groups_warmed = true;
+      }
       if (++i == 32) {
         i = 0;
         window_start += kWindowSlots;
@@ -202,42 +253,6 @@ __device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
   for (std::int64_t line = cta + grid * lane; line * kLine < lens_bytes; line += 32 * grid) {
     prefetch_l2_evict_last(lens + line * kLine);
   }
-}
-
-// Warms L2 with what the producer reads at the start of each group of this CTA's segment: the
-// block-table entries of its tiles, its q rows and weights. The producer otherwise pays a DRAM
-// round trip per group before its first key load can go out (short sequences at large batch).
-// A later group starts after tens of megabytes of keys have passed through L2, so its table
-// entries and weights (a few hundred bytes to a few kilobytes) are kept with evict_last. Its q
-// rows (8 KB a row at H = 64, D = 128, megabytes a call) are not, for what that much evict_last
-// data left behind might cost the kernels between two calls; their load then waits on HBM
-// (~1 us a call at ~4 groups a CTA: docs/perf-notes.md, "Later groups' table entries kept in
-// L2").
-template <int H, int kMmaRows>
-__device__ void prefetch_segment(const PagedParams& p, int head_dim, int lane) {
-  constexpr int kLine = kL2LineBytes;
-  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    const TileSlots tiles = g.slots(0);
-    const int blocks_per_tile = tile_blocks(p.block_kv);
-    const int first = tiles.tile(tiles.begin) * blocks_per_tile;
-    const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
-                             ceil_div_int(g.key_limit, p.block_kv));
-    constexpr int kEntriesPerLine = kLine / sizeof(*g.table);
-    for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
-      prefetch_l2_evict_last(g.table + entry);
-    }
-    const auto* q = static_cast<const std::uint8_t*>(p.q) +
-                    static_cast<std::int64_t>(g.first_row) * H * head_dim;
-    for (int byte = lane * kLine; byte < g.rows * H * head_dim; byte += 32 * kLine) {
-      prefetch_l2(q + byte);
-    }
-    const int weight_size = p.weights_bf16 ? 2 : 4;
-    const auto* w = static_cast<const std::uint8_t*>(p.weights) +
-                    static_cast<std::int64_t>(g.first_row) * H * weight_size;
-    for (int byte = lane * kLine; byte < g.rows * H * weight_size; byte += 32 * kLine) {
-      prefetch_l2_evict_last(w + byte);
-    }
-  });
 }
 
 __device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
