@@ -221,20 +221,18 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
 
   if (threadIdx.x / 32 == 1) prefetch_launch_inputs(params, static_cast<int>(threadIdx.x % 32));
-  if (threadIdx.x < 32) {  // lane i initializes the barriers of stage i and q slot i
-    static_assert(kMaxStages <= 32 && kQSlots <= 32);
-    const int lane = static_cast<int>(threadIdx.x);
-    if (lane < params.smem.stages) {
-      s.full(lane)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
-      s.empty(lane)->init(128);                      // the math warpgroup computing the stage
+  if (threadIdx.x == 0) {  // one thread: faster, measured, than one barrier a lane of warp 0
+    for (int stage = 0; stage < params.smem.stages; ++stage) {
+      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
+      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
     }
-    if (lane < kQSlots) {
-      s.q_full(lane)->init(1);
-      s.q_empty(lane)->init(math_warpgroups(kMmaRows, H) * 128);
+    for (int slot = 0; slot < kQSlots; ++slot) {
+      s.q_full(slot)->init(1);
+      s.q_empty(slot)->init(math_warpgroups(kMmaRows, H) * 128);
     }
     fence_barrier_init();
-    if (lane == 0) prefetch_tensor_map(&params.q_map);
-    if (lane == 1 && params.kv_tma) prefetch_tensor_map(&params.kv_map);
+    prefetch_tensor_map(&params.q_map);
+    if (params.kv_tma) prefetch_tensor_map(&params.kv_map);
   }
   __syncthreads();
   // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no

@@ -132,10 +132,10 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
 template <int H, int kMmaRows>
 __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = kL2LineBytes;
-  bool first = true;
+  bool first_group = true;
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
-    if (first) {
-      first = false;
+    if (first_group) {
+      first_group = false;
       return;
     }
     const TileSlots tiles = g.slots(0);
