@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
+#include "instances.hpp"
 #include "mqa_logits/errors.hpp"
 
 namespace mqa_logits::checks {
@@ -57,6 +58,17 @@ std::string hex_address(const void* ptr) {
   return "0x" + std::string(digits, result.ptr);
 }
 
+// value in `allowed`, or refused naming `argument`.
+template <typename Range>
+void expect_in(const char* argument, std::string_view what, std::int64_t value,
+               const Range& allowed) {
+  for (const std::int64_t candidate : allowed) {
+    if (value == candidate) return;
+  }
+  refuse(argument, "expected " + std::string(what) + " in " + int_list(allowed, '{', '}') +
+                       ", got " + std::to_string(value));
+}
+
 }  // namespace
 
 void refuse(const char* argument, const std::string& message) {
@@ -75,11 +87,7 @@ std::string shape_string(const TensorView& view) {
 
 void expect_one_of(const char* argument, std::string_view what, std::int64_t value,
                    std::initializer_list<std::int64_t> allowed) {
-  for (const std::int64_t candidate : allowed) {
-    if (value == candidate) return;
-  }
-  refuse(argument, "expected " + std::string(what) + " in " + int_list(allowed, '{', '}') +
-                       ", got " + std::to_string(value));
+  expect_in(argument, what, value, allowed);
 }
 
 void expect_at_least(const char* argument, std::string_view what, std::int64_t value,
@@ -243,13 +251,13 @@ std::int64_t head_dim(Format format, std::int64_t stored_dim) {
     expect_one_of("q", "MXFP4 head dim (2 x the last dim of q)", dim, {64, 128});
     return dim;
   }
-  expect_one_of("q", std::string(format_name(format)) + " head dim (last dim)", stored_dim,
-                {32, 64, 128});
+  expect_in("q", std::string(format_name(format)) + " head dim (last dim)", stored_dim,
+            instances::kHeadDims);
   return stored_dim;
 }
 
 void expect_num_heads(const char* argument, std::string_view what, std::int64_t num_heads) {
-  expect_one_of(argument, what, num_heads, {8, 16, 32, 64});
+  expect_in(argument, what, num_heads, instances::kHeadCounts);
 }
 
 void expect_weights_dtype(Arg weights) {

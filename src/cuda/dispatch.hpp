@@ -7,36 +7,43 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_check.hpp"
+#include "instances.hpp"
 #include "mqa_logits/errors.hpp"
 
 namespace mqa_logits::cuda_backend {
 
-// Calls f(std::integral_constant<int, D>{}, std::integral_constant<int, H>{}) for the instance of
-// (head_dim, num_heads); any other pair is refused naming `q`.
+// Calls f(std::integral_constant<int, D>{}, std::integral_constant<int, H>{}) for the compiled
+// instance (instances.hpp) of (head_dim, num_heads); validation accepts no other pair, which is
+// refused here too, naming `q`.
 template <typename F>
 void with_instance(int head_dim, int num_heads, F&& f) {
-  const auto with_heads = [&](auto dim) {
-    switch (num_heads) {
-      case 8: return f(dim, std::integral_constant<int, 8>{});
-      case 16: return f(dim, std::integral_constant<int, 16>{});
-      case 32: return f(dim, std::integral_constant<int, 32>{});
-      case 64: return f(dim, std::integral_constant<int, 64>{});
-      default: break;
-    }
-    throw InvalidArgument("q", "expected 8, 16, 32 or 64 heads, got " + std::to_string(num_heads));
+  using instances::kHeadCounts;
+  using instances::kHeadDims;
+  const auto visit = [&]<std::size_t... kDims, std::size_t... kHeads>(
+                         std::index_sequence<kDims...>, std::index_sequence<kHeads...>) {
+    const auto try_dim = [&]<std::size_t kD>() {
+      const auto try_heads = [&]<std::size_t kH>() {
+        if (num_heads != kHeadCounts[kH]) return false;
+        f(std::integral_constant<int, kHeadDims[kD]>{},
+          std::integral_constant<int, kHeadCounts[kH]>{});
+        return true;
+      };
+      return head_dim == kHeadDims[kD] && (try_heads.template operator()<kHeads>() || ...);
+    };
+    return (try_dim.template operator()<kDims>() || ...);
   };
-  switch (head_dim) {
-    case 32: return with_heads(std::integral_constant<int, 32>{});
-    case 64: return with_heads(std::integral_constant<int, 64>{});
-    case 128: return with_heads(std::integral_constant<int, 128>{});
-    default: break;
+  if (!visit(std::make_index_sequence<std::size(kHeadDims)>{},
+             std::make_index_sequence<std::size(kHeadCounts)>{})) {
+    throw InvalidArgument("q", "no kernel instance for head dim " + std::to_string(head_dim) +
+                                   " and " + std::to_string(num_heads) + " heads");
   }
-  throw InvalidArgument("q", "expected head dim 32, 64 or 128, got " + std::to_string(head_dim));
 }
 
 // Lets `kernel` take all the dynamic shared memory a block may opt in to on the current device

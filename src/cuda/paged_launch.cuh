@@ -1,5 +1,6 @@
-// Launch of the sm90 decode kernel for one (head dim, heads, MMA rows) instance. Included by the
-// instantiation files in src/kernels/sm90/, so the instances compile in parallel.
+// Launch of the sm90 decode kernel for one (head dim, heads, MMA rows) instance, and the pick of
+// the MMA rows for a call. Included by the generated instance files (one per (head dim, heads):
+// src/kernels/sm90/paged_instance.cu.in), so the instances compile in parallel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dispatch.hpp"
@@ -100,6 +102,32 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
                       dim3(paged::kernel_threads(kMmaRows, H)),
                       static_cast<std::size_t>(smem_bytes), stream, "paged_logits_kernel launch",
                       params);
+}
+
+// The instance of (D, H) for the call's groups: the MMA rows that mma_rows_for picks for its
+// group rows (each instance serves groups of up to its rows). The row counts compiled are those
+// mma_rows_for maps to themselves.
+template <int D, int H>
+void launch_paged_group(const PagedProblem& problem, cudaStream_t stream) {
+  namespace paged = sm90::paged;
+  const int group_rows = problem.indices != nullptr ? paged::varlen_group_rows(H)
+                                                    : static_cast<int>(problem.next_n);
+  const int mma_rows = paged::mma_rows_for(group_rows, H);
+  const auto launch_if = [&]<int kMmaRows>() {
+    if constexpr (paged::mma_rows_for(kMmaRows, H) == kMmaRows) {
+      if (mma_rows == kMmaRows) {
+        launch_paged<D, H, kMmaRows>(problem, stream);
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool launched = [&]<int... kRows>(std::integer_sequence<int, kRows...>) {
+    return (launch_if.template operator()<kRows + 1>() || ...);
+  }(std::make_integer_sequence<int, paged::kMaxGroupRows>{});
+  if (!launched) {
+    throw InvalidArgument("q", "no decode kernel for " + std::to_string(mma_rows) + " rows");
+  }
 }
 
 }  // namespace mqa_logits::cuda_backend

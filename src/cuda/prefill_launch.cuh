@@ -1,5 +1,6 @@
-// Launch of the sm90 prefill kernel for one (head dim, heads) instance. Included by the
-// per-head-dim instantiation files in src/kernels/sm90/, so the instances compile in parallel.
+// Launch of the sm90 prefill kernel for one (head dim, heads) instance. Included by the generated
+// instance files (one per pair: src/kernels/sm90/prefill_instance.cu.in), so the instances
+// compile in parallel.
 #pragma once
 
 #include <cuda_runtime.h>
