@@ -140,32 +140,27 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   cudaEvent_t begin, end;
   check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
   check_cuda(cudaEventCreate(&end), "cudaEventCreate");
-  // The SM clock falls while the host prepares a case and takes milliseconds to rise again: replay
-  // back to back for kWarmUpMs first, so that a short call is timed at the clock it would run at
-  // in a busy engine (without this, the first microsecond-scale case of a run measured ~20% slow).
-  constexpr float kWarmUpMs = 20.0f;
-  check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
-  check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");
-  check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize");
-  float one_ms = 0;
-  check_cuda(cudaEventElapsedTime(&one_ms, begin, end), "cudaEventElapsedTime");
-  const int warm_launches =
-      std::min(10000, static_cast<int>(kWarmUpMs / std::max(one_ms, 1e-3f)));
-  for (int i = 0; i < warm_launches; ++i) {
-    check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-  }
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  std::vector<double> per_call;
-  for (int i = 0; i < samples; ++i) {
+  const auto replay_ms = [&] {  // one replay, timed by events around it
     check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
     check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");
     check_cuda(cudaEventSynchronize(end), "cudaEventSynchronize");
     float ms = 0;
     check_cuda(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
-    per_call.push_back(ms * 1000.0 / calls);
+    return ms;
+  };
+  // The SM clock falls while the host prepares a case and takes milliseconds to rise again: replay
+  // back to back for kWarmUpMs first, so that a short call is timed at the clock it would run at
+  // in a busy engine (without this, the first microsecond-scale case of a run measured ~20% slow).
+  constexpr float kWarmUpMs = 20.0f;
+  const int warm_launches =
+      std::min(10000, static_cast<int>(kWarmUpMs / std::max(replay_ms(), 1e-3f)));
+  for (int i = 0; i < warm_launches; ++i) {
+    check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   }
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::vector<double> per_call;
+  for (int i = 0; i < samples; ++i) per_call.push_back(replay_ms() * 1000.0 / calls);
   cudaEventDestroy(begin);
   cudaEventDestroy(end);
   cudaGraphExecDestroy(exec);
