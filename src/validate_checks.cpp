@@ -58,7 +58,7 @@ std::string hex_address(const void* ptr) {
   return "0x" + std::string(digits, result.ptr);
 }
 
-// value in `allowed`, or refused naming `argument`.
+// Refuses a value not in `allowed`, naming `argument`.
 template <typename Range>
 void expect_in(const char* argument, std::string_view what, std::int64_t value,
                const Range& allowed) {
