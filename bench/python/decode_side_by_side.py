@@ -1,0 +1,201 @@
+"""Decode (paged_mqa_logits) side by side: this library against another implementation with the
+same Python API (the reference library, `deep_gemm`), timed in one process on the same inputs.
+
+Each cell builds its inputs once (H = 64, D = 128, FP8 e4m3, contexts uniform in [0.7, 1.3] x L,
+2-D context lengths as speculative decoding sends them, random block tables, fp32 weights and
+logits, no clean_logits: the reference refuses clean with 2-D lengths), computes each
+implementation's schedule metadata outside the timing, and checks that both write the same
+logits (the contract's diff, in-window elements) before timing them. Timing: CUDA graphs of
+CALLS calls, replayed back to back for WARM_MS, then SAMPLES replays; the implementations
+alternate A, B, A, B and each keeps the better median of its two rounds. The floor is
+max(bytes / copy bandwidth, FLOPs / FP8 GEMM rate), both measured here.
+
+    python3 bench/python/decode_side_by_side.py --impl deep_gemm [--cells issue|grid] \\
+        [--json FILE]
+
+Prints one row per cell: both medians and p10-p90, their ratio (this library / the other), and
+this library's % of the floor. A cell the other implementation refuses is marked so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+
+import torch
+
+import mqa_logits
+
+HEADS, HEAD_DIM = 64, 128
+CALLS, SAMPLES, WARM_MS = 5, 40, 20.0
+
+# (B, next_n, L, block_kv): the cells of the decode issue's table, then the grid's quick subset.
+ISSUE_CELLS = [(1, 1, 4096, 64), (1, 2, 4096, 64), (1, 2, 32768, 64), (8, 1, 32768, 64),
+               (8, 2, 32768, 64), (32, 1, 4096, 64), (32, 2, 4096, 64), (32, 2, 32768, 64),
+               (128, 2, 4096, 64), (128, 1, 32768, 64), (64, 2, 32768, 64),
+               (256, 2, 65536, 64), (64, 4, 32768, 64), (128, 4, 65536, 64)]
+GRID_CELLS = [(b, n, l, 64) for b in (1, 4, 8, 16, 32, 64, 128, 256, 512) for l in (4096, 32768)
+              for n in (1, 2, 4)]
+
+
+def replay_stats(fn) -> dict:
+    """Median, p10 and p90 of one call's time (us) in graphs of CALLS calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS):
+            fn()
+    begin = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    def replay_ms() -> float:
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end)
+
+    # The SM clock falls while the host builds a cell: replay until it is back up.
+    for _ in range(min(10000, int(WARM_MS / max(replay_ms(), 1e-3)))):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = sorted(replay_ms() * 1000.0 / CALLS for _ in range(SAMPLES))
+    return {"median_us": statistics.median(times), "p10_us": times[len(times) // 10],
+            "p90_us": times[(9 * len(times)) // 10]}
+
+
+def ceilings() -> dict:
+    n = 1 << 30
+    x = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    y = torch.empty_like(x)
+    copy_us = replay_stats(lambda: y.copy_(x))["median_us"]
+    m = 8192
+    a = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    mm_us = replay_stats(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                  out_dtype=torch.bfloat16))["median_us"]
+    return {"copy_tbps": 2 * n / (copy_us * 1e-6) / 1e12,
+            "fp8_tflops": 2 * m ** 3 / (mm_us * 1e-6) / 1e12}
+
+
+def decode_inputs(batch: int, next_n: int, avg: int, block_kv: int) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(batch * 1000003 + next_n * 1009 + avg)
+    ctx = torch.randint(int(0.7 * avg), int(1.3 * avg) + 1, (batch,), device="cuda",
+                        dtype=torch.int32, generator=gen)
+    blocks = (ctx + block_kv - 1) // block_kv
+    max_blocks, total = int(blocks.max()), int(blocks.sum())
+    values = torch.randn(total, block_kv, HEAD_DIM, device="cuda", generator=gen)
+    scales = values.abs().amax(dim=2).clamp(min=1e-4) / 448.0
+    cache = torch.empty(total, block_kv * (HEAD_DIM + 4), dtype=torch.uint8, device="cuda")
+    cache[:, :block_kv * HEAD_DIM] = (values / scales[..., None]).to(
+        torch.float8_e4m3fn).view(total, -1).view(torch.uint8)
+    cache[:, block_kv * HEAD_DIM:] = scales.view(torch.uint8).view(total, -1)
+    cache = cache.view(total, block_kv, 1, HEAD_DIM + 4)
+    order = torch.randperm(total, device="cuda", dtype=torch.int32, generator=gen)
+    table = torch.full((batch, max_blocks), -1, dtype=torch.int32, device="cuda")
+    first = 0
+    for row, count in enumerate(blocks.tolist()):
+        table[row, :count] = order[first:first + count]
+        first += count
+    steps = torch.arange(next_n, device="cuda", dtype=torch.int32)
+    lens = (ctx[:, None] - next_n + 1 + steps[None, :]).int().contiguous()
+    q = torch.randn(batch, next_n, HEADS, HEAD_DIM, device="cuda", generator=gen).to(
+        torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, HEADS, device="cuda", generator=gen)
+    return {"q": q, "cache": cache, "weights": weights, "lens": lens, "table": table,
+            "max_len": max_blocks * block_kv, "block_kv": block_kv,
+            "keys": int(ctx.sum()), "pairs": int(lens.clamp(min=0).sum()),
+            "blocks": total}
+
+
+def floor_us(case: dict, ceiling: dict) -> float:
+    """As the C++ benchmark counts it: keys and scales, block ids, q and weights, lengths and
+    the logits written (no clean), each once."""
+    rows = case["lens"].numel()
+    traffic = (case["keys"] * (HEAD_DIM + 4) + 4 * case["blocks"] +
+               rows * HEADS * (HEAD_DIM + 4) + 4 * rows + 4 * case["pairs"])
+    flops = 2.0 * HEADS * HEAD_DIM * case["pairs"]
+    return max(traffic / ceiling["copy_tbps"], flops / ceiling["fp8_tflops"]) / 1e6
+
+
+def call_of(module, case: dict, sms: int):
+    meta = module.get_paged_mqa_logits_metadata(case["lens"], case["block_kv"], sms)
+    return lambda: module.fp8_fp4_paged_mqa_logits(
+        (case["q"], None), case["cache"], case["weights"], case["lens"], case["table"], meta,
+        case["max_len"], clean_logits=False, logits_dtype=torch.float32)
+
+
+def diff(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
+    """The contract's metric over in-window elements, in float64."""
+    x, y = x[mask].double(), y[mask].double()
+    squares = float((x * x + y * y).sum())
+    return 0.0 if squares == 0.0 else 1.0 - 2.0 * float((x * y).sum()) / squares
+
+
+def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
+    batch, next_n, avg, block_kv = cell
+    case = decode_inputs(batch, next_n, avg, block_kv)
+    row = {"B": batch, "N": next_n, "L": avg, "block_kv": block_kv,
+           "floor_us": floor_us(case, ceiling)}
+    calls = {"mqa_logits": call_of(mqa_logits, case, sms)}
+    try:
+        other_call = call_of(other, case, sms)
+        theirs = other_call()
+    except Exception as error:  # the other implementation refuses the cell: time ours alone
+        row["other_error"] = repr(error)[:200]
+    else:
+        calls["other"] = other_call
+        ours = calls["mqa_logits"]()
+        cols = torch.arange(ours.shape[1], device="cuda")
+        row["diff"] = diff(ours, theirs, cols[None, :] < case["lens"].reshape(-1, 1))
+    for _ in range(2):
+        for name, fn in calls.items():
+            stats = replay_stats(fn)
+            if name not in row or stats["median_us"] < row[name]["median_us"]:
+                row[name] = stats
+    del case
+    torch.cuda.empty_cache()
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impl", required=True, help="module of the other implementation")
+    parser.add_argument("--cells", choices=("issue", "grid"), default="issue")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    other = importlib.import_module(args.impl)
+    props = torch.cuda.get_device_properties(0)
+    ceiling = ceilings()
+    print(f"{props.name}: copy {ceiling['copy_tbps']:.2f} TB/s, FP8 GEMM "
+          f"{ceiling['fp8_tflops']:.0f} TFLOPS; mqa_logits against {args.impl}", flush=True)
+    print(f"{'B/N/L/bk':18} {'mqa_logits us':>22} {args.impl + ' us':>22} {'ratio':>6} "
+          f"{'%floor':>7} {'diff':>8}")
+    rows = []
+    for cell in ISSUE_CELLS if args.cells == "issue" else GRID_CELLS:
+        row = run_cell(cell, other, props.multi_processor_count, ceiling)
+        rows.append(row)
+        ours = row["mqa_logits"]
+        theirs = row.get("other")
+        text = f"{ours['median_us']:.1f} ({ours['p10_us']:.1f}-{ours['p90_us']:.1f})"
+        other_text = ("refuses" if theirs is None else
+                      f"{theirs['median_us']:.1f} ({theirs['p10_us']:.1f}-{theirs['p90_us']:.1f})")
+        ratio = "" if theirs is None else f"{ours['median_us'] / theirs['median_us']:.2f}"
+        name = "/".join(str(v) for v in cell)
+        print(f"{name:18} {text:>22} {other_text:>22} {ratio:>6} "
+              f"{100.0 * row['floor_us'] / ours['median_us']:6.1f}% "
+              f"{row.get('diff', float('nan')):8.1e}", flush=True)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"device": props.name, "ceilings": ceiling, "other": args.impl,
+                       "rows": rows}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
