@@ -1,5 +1,6 @@
 // CUDA decode entry: picks the kernel instance for (head dim, heads); its translation unit picks
-// the MMA rows (paged_launch.cuh).
+// the MMA rows (paged_launch.cuh). The dispatch code calls it only when there is an output element
+// to write.
 #include <string>
 
 #include "cuda/cuda_backend.hpp"
@@ -22,8 +23,6 @@ void run_paged(const PagedProblem& problem, cudaStream_t stream) {
     throw InvalidArgument("schedule_meta", "expected at least one worker row, got " +
                                                std::to_string(problem.schedule_workers));
   }
-  // Nothing to write: no rows, or no columns.
-  if (problem.batch == 0 || problem.max_context_len == 0) return;
   const DeviceGuard guard(problem.device.index);
   with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
     launch_paged_group<decltype(dim)::value, decltype(heads)::value>(problem, stream);
