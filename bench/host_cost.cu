@@ -4,14 +4,22 @@
 // synchronize at the end (the kernels queue up behind it); the time with that synchronize is
 // printed beside it. Beside the API calls, the CUDA runtime's own costs that a call cannot avoid
 // (an empty kernel's launch) or that validation pays (a pointer-attribute query) give the floor.
+// The empty kernel is launched three ways: <<<>>>, as the library launches (cudaLaunchKernelEx
+// with programmatic stream serialization), and through the driver's cuLaunchKernelEx with the
+// same attribute, which tells whether the runtime's launch path is worth bypassing.
+#include <cuda.h>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common.hpp"
+#include "cuda/driver_function.hpp"
+#include "cuda/launch.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 
 namespace mqa_logits::bench {
@@ -27,6 +35,40 @@ __global__ void empty_kernel() {}
 struct HostCost {
   double issue_us = 0;  // host time per call: the loop before its synchronize
   double total_us = 0;  // the loop with its synchronize, per call
+};
+
+// The empty kernel launched through the driver API, with the attribute the library's launches
+// carry (cuda/launch.hpp).
+class DriverLaunch {
+ public:
+  DriverLaunch()
+      : launch_(driver_function<LaunchEx>("cuLaunchKernelEx")) {
+    check_cuda(cudaGetFuncBySymbol(&function_, reinterpret_cast<const void*>(&empty_kernel)),
+               "cudaGetFuncBySymbol(empty_kernel)");
+  }
+  void operator()(cudaStream_t stream) const {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 32;
+    config.blockDimY = config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const CUresult result =
+        launch_(&config, reinterpret_cast<CUfunction>(function_), nullptr, nullptr);
+    if (result != CUDA_SUCCESS) {
+      throw std::runtime_error("cuLaunchKernelEx(empty_kernel) failed with CUresult " +
+                               std::to_string(result));
+    }
+  }
+
+ private:
+  using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+  LaunchEx launch_;
+  cudaFunction_t function_ = nullptr;
 };
 
 HostCost host_cost(const std::function<void()>& call, cudaStream_t stream) {
@@ -133,6 +175,12 @@ std::vector<Record> run_host_cost_bench(const BenchContext&) {
   records.push_back(row("empty kernel launch", host_cost([&] {
     empty_kernel<<<1, 32, 0, stream>>>();
   }, stream), false));
+  records.push_back(row("empty kernel, cudaLaunchKernelEx", host_cost([&] {
+    cuda_backend::launch_programmatic(&empty_kernel, dim3(1), dim3(32), 0, stream, "empty_kernel");
+  }, stream), false));
+  const DriverLaunch driver_launch;
+  records.push_back(row("empty kernel, cuLaunchKernelEx",
+                        host_cost([&] { driver_launch(stream); }, stream), false));
   records.push_back(row("cudaPointerGetAttributes", host_cost([&] {
     cudaPointerAttributes attributes{};
     check_cuda(cudaPointerGetAttributes(&attributes, prefill.arena.logits()),

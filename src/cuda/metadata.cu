@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_backend.hpp"
-#include "cuda/dispatch.hpp"
+#include "cuda/launch.hpp"
 #include "kernels/metadata_kernel.cuh"
 #include "schedule.hpp"
 

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/dispatch.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/paged_kernel.cuh"
 #include "mqa_logits/errors.hpp"

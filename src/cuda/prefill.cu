@@ -6,6 +6,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/dispatch.hpp"
+#include "cuda/launch.hpp"
 #include "kernels/prefill_clean_kernel.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"

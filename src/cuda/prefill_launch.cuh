@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/dispatch.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/prefill_kernel.cuh"
 #include "mqa_logits/mqa_logits.hpp"

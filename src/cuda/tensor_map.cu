@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/driver_function.hpp"
 #include "mqa_logits/errors.hpp"
 
 namespace mqa_logits::cuda_backend {
@@ -18,17 +19,7 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 EncodeTiled encode_tiled() {
-  static EncodeTiled function = [] {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
-                                                cudaEnableDefault, &status),
-               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (status != cudaDriverEntryPointSuccess || entry == nullptr) {
-      throw CudaError("cuTensorMapEncodeTiled is not available from the CUDA driver");
-    }
-    return reinterpret_cast<EncodeTiled>(entry);
-  }();
+  static const EncodeTiled function = driver_function<EncodeTiled>("cuTensorMapEncodeTiled");
   return function;
 }
 

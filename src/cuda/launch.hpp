@@ -1,0 +1,54 @@
+// How the CUDA backend launches its kernels: each kernel's dynamic shared-memory limit raised
+// once per device, and programmatic dependent launch, which lets a kernel's prologue overlap its
+// predecessor in the stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_check.hpp"
+
+namespace mqa_logits::cuda_backend {
+
+// Lets `kernel` take all the dynamic shared memory a block may opt in to on the current device
+// (less its static shared memory). The limit belongs to the kernel on each device and setting it
+// costs about a microsecond, so it is set on the first launch on a device only: `devices` is the
+// kernel's own record of the devices done, one bit each.
+template <typename... Params>
+void allow_all_dynamic_smem(void (*kernel)(Params...), std::atomic<std::uint64_t>& devices,
+                            const char* name) {
+  const int device = current_device();
+  const std::uint64_t bit = std::uint64_t{1} << device;
+  if ((devices.load(std::memory_order_acquire) & bit) != 0) return;
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, kernel), name);
+  const auto bytes = device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
+  devices.fetch_or(bit, std::memory_order_release);
+}
+
+// Launches `kernel` with programmatic dependent launch allowed: its prologue may run while the
+// previous kernel of the stream finishes; the kernel calls cudaGridDependencySynchronize() before
+// it touches global memory.
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
+                         cudaStream_t stream, const char* name, const Args&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, args...), name);
+  check_cuda(cudaGetLastError(), name);
+}
+
+}  // namespace mqa_logits::cuda_backend
