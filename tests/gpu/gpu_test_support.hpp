@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,9 @@ inline constexpr Device kGpu{DeviceType::kCUDA, 0};
 // Owning device allocation.
 class DeviceBuffer {
  public:
+  // 0xff bytes: NaN in fp32 and bf16, so an element the kernel fails to write stays NaN.
+  static constexpr unsigned char kPoisonByte = 0xff;
+
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
     if (bytes > 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
@@ -50,8 +54,13 @@ class DeviceBuffer {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
 
-  // 0xff bytes: NaN in fp32 and bf16, so an element the kernel fails to write stays NaN.
-  void poison() { check_cuda(cudaMemset(data_, 0xff, bytes_), "cudaMemset"); }
+  void poison() { check_cuda(cudaMemset(data_, kPoisonByte, bytes_), "cudaMemset"); }
+  // Whether every byte still holds poison()'s value: nothing was written since.
+  bool untouched() const {
+    const auto host = download();
+    return std::all_of(host.begin(), host.end(),
+                       [](std::byte b) { return b == std::byte{kPoisonByte}; });
+  }
 
   std::vector<std::byte> download() const {
     std::vector<std::byte> host(bytes_);

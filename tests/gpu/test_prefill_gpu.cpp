@@ -3,7 +3,6 @@
 // GPU is present.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -388,9 +387,7 @@ TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
     };
     if (width == 64) {
       EXPECT_THROW(call(), InvalidArgument);
-      const auto bytes = out.download();
-      EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(),
-                              [](std::byte b) { return b == std::byte{0xff}; }));
+      EXPECT_TRUE(out.untouched());
     } else {
       call();
       const auto checked = out.download();
