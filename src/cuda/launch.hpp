@@ -14,21 +14,23 @@
 
 namespace mqa_logits::cuda_backend {
 
-// Lets `kernel` take all the dynamic shared memory a block may opt in to on the current device
-// (less its static shared memory). The limit belongs to the kernel on each device and setting it
-// costs about a microsecond, so it is set on the first launch on a device only: `devices` is the
-// kernel's own record of the devices done, one bit each.
-template <typename... Params>
-void allow_all_dynamic_smem(void (*kernel)(Params...), std::atomic<std::uint64_t>& devices,
-                            const char* name) {
-  const int device = current_device();
+// Lets kKernel take all the dynamic shared memory a block may opt in to on `device`, the current
+// device (less its static shared memory). The limit belongs to the kernel on each device and
+// setting it costs about a microsecond, so it is set on the first launch on a device only: each
+// kernel keeps its record of the devices done, one bit each (device indices stay below 64:
+// device_count()).
+template <auto kKernel>
+void allow_all_dynamic_smem(int device, const char* name) {
+  static std::atomic<std::uint64_t> configured_devices{0};
   const std::uint64_t bit = std::uint64_t{1} << device;
-  if ((devices.load(std::memory_order_acquire) & bit) != 0) return;
+  if ((configured_devices.load(std::memory_order_acquire) & bit) != 0) return;
   cudaFuncAttributes attributes{};
-  check_cuda(cudaFuncGetAttributes(&attributes, kernel), name);
-  const auto bytes = device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
-  devices.fetch_or(bit, std::memory_order_release);
+  check_cuda(cudaFuncGetAttributes(&attributes, kKernel), name);
+  const int bytes =
+      device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
+  check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+             name);
+  configured_devices.fetch_or(bit, std::memory_order_release);
 }
 
 // Launches `kernel` with programmatic dependent launch allowed: its prologue may run while the

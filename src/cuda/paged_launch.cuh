@@ -82,7 +82,7 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
 template <int D, int H, int kMmaRows>
 void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   namespace paged = sm90::paged;
-  const int smem_optin = device_limits(current_device()).smem_optin;
+  const int smem_optin = device_limits(problem.device.index).smem_optin;  // the current device
   // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
   constexpr std::uint32_t kAlignmentSlack = 1024;
   const auto budget = static_cast<std::uint32_t>(smem_optin) - kAlignmentSlack;
@@ -92,10 +92,9 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
                     " bytes of shared memory per block are too few");
   }
 
-  auto* kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
+  constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
   const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
-  static std::atomic<std::uint64_t> configured_devices{0};
-  allow_all_dynamic_smem(kernel, configured_devices, "cudaFuncSetAttribute(paged_logits_kernel)");
+  allow_all_dynamic_smem<kernel>(problem.device.index, "cudaFuncSetAttribute(paged_logits_kernel)");
 
   // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
   launch_programmatic(kernel, dim3(static_cast<unsigned>(problem.schedule_workers)),

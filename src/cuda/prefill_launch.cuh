@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
@@ -74,9 +73,9 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   // Without metadata each CTA computes its segment of the same even split (find_segment).
   const int grid =
       problem.schedule_meta != nullptr ? problem.schedule_workers : get_num_sms();
-  auto* kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
-  static std::atomic<std::uint64_t> configured_devices{0};
-  allow_all_dynamic_smem(kernel, configured_devices, "cudaFuncSetAttribute(prefill_logits_kernel)");
+  constexpr auto kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
+  allow_all_dynamic_smem<kernel>(problem.device.index,
+                                 "cudaFuncSetAttribute(prefill_logits_kernel)");
   kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
   check_cuda(cudaGetLastError(), "prefill_logits_kernel launch");
 }
