@@ -19,22 +19,25 @@ std::string at(std::int64_t row, std::int64_t col) {
 }
 
 // Metadata given for a call must be the metadata of that call, row for row: `expected` is what
-// the metadata function gives for the call's inputs and worker count.
+// the metadata function gives for the call's inputs and worker count. The fingerprint (row W,
+// column 1) is compared first, so that metadata of other inputs is named as such even where an
+// earlier row differs too (docs/contract.md).
 void expect_same_metadata(const std::int32_t* given, const std::vector<std::int32_t>& expected,
                           const std::string& function, const std::string& inputs) {
   const auto rows = static_cast<std::int64_t>(expected.size()) / schedule::kMetaCols;
-  for (std::int64_t row = 0; row < rows; ++row) {
-    for (int col = 0; col < schedule::kMetaCols; ++col) {
-      const std::int64_t i = row * schedule::kMetaCols + col;
-      if (given[i] == expected[static_cast<std::size_t>(i)]) continue;
-      const bool fingerprint = row == rows - 1 && col == 1;
-      const std::string what = fingerprint ? "the fingerprint of other inputs" : "another split";
-      refuse("schedule_meta", "expected " + function + " of this call's " + inputs + " for " +
-                                  std::to_string(rows - 1) + " workers, got " + what +
-                                  at(row, col) + " (" + std::to_string(given[i]) +
-                                  ", expected " +
-                                  std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
-    }
+  const auto refuse_cell = [&](std::int64_t i, const std::string& what) {
+    refuse("schedule_meta", "expected " + function + " of this call's " + inputs + " for " +
+                                std::to_string(rows - 1) + " workers, got " + what +
+                                at(i / schedule::kMetaCols, i % schedule::kMetaCols) + " (" +
+                                std::to_string(given[i]) + ", expected " +
+                                std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
+  };
+  const std::int64_t fingerprint = rows * schedule::kMetaCols - 1;
+  if (given[fingerprint] != expected[static_cast<std::size_t>(fingerprint)]) {
+    refuse_cell(fingerprint, "the fingerprint of other inputs");
+  }
+  for (std::int64_t i = 0; i < fingerprint; ++i) {
+    if (given[i] != expected[static_cast<std::size_t>(i)]) refuse_cell(i, "another split");
   }
 }
 

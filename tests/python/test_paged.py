@@ -103,6 +103,10 @@ def test_cpu_refuses_metadata_of_other_lengths(rng):
         with pytest.raises(ValueError, match=r"^schedule_meta: expected "
                                              r"get_paged_mqa_logits_metadata of this call"):
             mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args)
+    # Metadata of another batch is named by its fingerprint, whatever rows differ before it.
+    meta = mqa_logits.get_paged_mqa_logits_metadata(args["context_lens"][:3], 64, 4)
+    with pytest.raises(ValueError, match=r"got the fingerprint of other inputs at \[4, 1\]"):
+        mqa_logits.fp8_fp4_paged_mqa_logits(schedule_meta=meta, **args)
 
 
 def test_metadata_shape_device_and_determinism(rng):
