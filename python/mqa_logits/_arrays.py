@@ -288,13 +288,12 @@ def _numpy_empty_strided(shape: Tuple[int, ...], strides: Tuple[int, ...],
     if numpy_dtype is None:
         raise TypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
                         "package (pip install ml_dtypes)")
+    byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
     if 0 in shape:
-        byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
         return np.lib.stride_tricks.as_strided(np.empty(0, numpy_dtype), shape, byte_strides)
     count = 1 + sum((extent - 1) * stride for extent, stride in zip(shape, strides))
     nbytes = count * numpy_dtype.itemsize
     raw = np.empty(nbytes + _NUMPY_ALIGNMENT, dtype=np.uint8)
     offset = -raw.ctypes.data % _NUMPY_ALIGNMENT
     buffer = raw[offset:offset + nbytes].view(numpy_dtype)
-    byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
     return np.lib.stride_tricks.as_strided(buffer, shape, byte_strides)

@@ -310,7 +310,6 @@ NB_MODULE(_torch_C, m) {
   if (api == nullptr || api->version != ml::python::kApiTableVersion) {
     throw nb::import_error("mqa_logits._torch_C: mqa_logits._C is of another build");
   }
-  m.attr("_api_table") = capsule;  // keeps the table's module referenced
 
   // Every argument may be None or of any type: such calls return None (the general path).
   const auto any = [](const char* name) { return nb::arg(name).none(); };
