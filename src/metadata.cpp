@@ -55,7 +55,7 @@ void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
       lo = std::min(lo, window.lo);
       hi = std::max(hi, window.hi);
     }
-    block_items.push_back(schedule::prefill_block_items(lo, hi));
+    block_items.push_back(schedule::prefill_block_items(num_heads, lo, hi));
   }
   split_items(block_items, workers, out);
 }

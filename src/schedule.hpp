@@ -2,12 +2,12 @@
 // it. Host and device code include this one file, so the two sides cannot disagree.
 //
 // Prefill: query rows are cut into blocks of prefill_block_q(H) rows. Block b's key range is
-// [lo, hi) = [min start, max end) over its non-empty rows (clamped to [0, T)); its work items are
-// kPrefillBlockItems items that stand for what a block costs besides its tiles (its query rows'
-// load, their fold and the weights; no key tile), then the kPrefillTileKV-key tiles from lo
-// rounded down to a multiple of kPrefillTileAlign (none for a block whose rows are all empty).
+// [lo, hi) = [min start, max end) over its non-empty rows (clamped to [0, T)); its kPrefillTileKV-
+// key tiles run from lo rounded down to a multiple of kPrefillTileAlign (none for a block whose
+// rows are all empty). Its work items are prefill_block_own_items items that stand for what it
+// costs besides its tiles (its query rows' load, their fold, the weights), then one item a tile.
 // Counting that cost in the split keeps CTAs that draw many short blocks (square causal, packed
-// requests) as busy as those that draw few long ones.
+// requests) as busy as those that draw a few long ones.
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
 // splits, at least one per group.
@@ -35,10 +35,6 @@ inline constexpr int kPrefillTileKV = 128;
 // aligned (fp32 and bf16; in compressed output, where the column is the key less the row's
 // start, only for starts of the same alignment), as the kernel's TMA stores need.
 inline constexpr int kPrefillTileAlign = 8;
-// Items a prefill block costs besides its tiles: what its query load, state and fold add on the
-// critical path of short blocks. Chosen by measurement over the window patterns
-// (docs/perf-notes.md): square causal 8192^2 took 594, 549 and 454 us with 2, 3 and 4.
-inline constexpr int kPrefillBlockItems = 4;
 inline constexpr int kPagedSplitTokens = 256;
 inline constexpr int kMetaCols = 2;
 
@@ -55,14 +51,28 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_tiles_start(std::int64_t lo) {
   return lo / kPrefillTileAlign * kPrefillTileAlign;
 }
 
-// Key tiles of a prefill block with key range [lo, hi); its items, the tiles after the block's
-// own kPrefillBlockItems; or the items of a decode group of length `len`.
+// Key tiles of a prefill block with key range [lo, hi).
 MQA_HOST_DEVICE constexpr std::int64_t prefill_block_tiles(std::int64_t lo, std::int64_t hi) {
   return hi > lo ? ceil_div(hi - prefill_tiles_start(lo), kPrefillTileKV) : 0;
 }
-MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(std::int64_t lo, std::int64_t hi) {
-  return kPrefillBlockItems + prefill_block_tiles(lo, hi);
+
+// Items a prefill block of `tiles` tiles costs besides them (one item each): what its query load,
+// state and fold add on the critical path of short blocks. Chosen by measurement over the window
+// patterns (docs/perf-notes.md, "Block prices by head count"): at H = 64, 4 (square causal
+// 8192^2 took 594, 549 and 454 us with 2, 3 and 4); below, where no block folds, 3 for a block
+// of at most 3 tiles, whose rows' load the tiles before it do not hide, and 1 for the others
+// (at H = 32, square causal 8192^2 -11% and packed 8 x 2048 -7% against 4 everywhere).
+MQA_HOST_DEVICE constexpr int prefill_block_own_items(int num_heads, std::int64_t tiles) {
+  if (num_heads == 64) return 4;
+  return tiles <= 3 ? 3 : 1;
 }
+MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(int num_heads, std::int64_t lo,
+                                                           std::int64_t hi) {
+  const std::int64_t tiles = prefill_block_tiles(lo, hi);
+  return prefill_block_own_items(num_heads, tiles) + tiles;
+}
+
+// The items of a decode group of length `len`.
 MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;
 }

@@ -17,14 +17,19 @@ namespace {
 
 constexpr std::int64_t kTileKV = 128;       // keys per prefill tile item
 constexpr std::int64_t kTileAlign = 8;      // a block's first tile starts at a multiple of it
-constexpr std::int64_t kBlockCost = 4;      // items a prefill block costs besides its tiles
 constexpr std::int64_t kSplitTokens = 256;  // keys per decode item
 
 std::int64_t div_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Prefill: items per block of 256 / H query rows (two groups of 128 (query, head) MMA columns):
-// kBlockCost, then the tiles over the union of its non-empty windows, from its lowest key rounded
-// down to kTileAlign.
+// Prefill: items per block of 256 / H query rows (two groups of 128 (query, head) MMA columns),
+// from its tiles over the union of its non-empty windows (from its lowest key rounded down to
+// kTileAlign), one item each, after 4 items of the block's own at H = 64; at other H, 3 for a
+// block of at most 3 tiles and 1 for a longer one.
+std::int64_t prefill_price(std::int64_t tiles, int H) {
+  const std::int64_t own = H == 64 ? 4 : tiles <= 3 ? 3 : 1;
+  return own + tiles;
+}
+
 std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
                                         const std::vector<std::int32_t>& end, std::int64_t T,
                                         int H) {
@@ -40,7 +45,8 @@ std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
       lo = lo < 0 ? row_lo : std::min(lo, row_lo);
       hi = std::max(hi, row_hi);
     }
-    items.push_back(kBlockCost + (lo < 0 ? 0 : div_up(hi - lo / kTileAlign * kTileAlign, kTileKV)));
+    items.push_back(
+        prefill_price(lo < 0 ? 0 : div_up(hi - lo / kTileAlign * kTileAlign, kTileKV), H));
   }
   return items;
 }

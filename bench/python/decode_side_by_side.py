@@ -7,14 +7,16 @@ logits, no clean_logits: the reference refuses clean with 2-D lengths), computes
 implementation's schedule metadata outside the timing, and checks that both write the same
 logits (the contract's diff, in-window elements) before timing them. Timing: CUDA graphs of
 CALLS calls, replayed back to back for WARM_MS, then SAMPLES replays; the implementations
-alternate A, B, A, B and each keeps the better median of its two rounds. The floor is
-max(bytes / copy bandwidth, FLOPs / FP8 GEMM rate), both measured here.
+alternate A, B, A, B, and each one's median and p10-p90 are taken over the samples of both its
+rounds (each round's median is printed too). The floor is max(bytes / copy bandwidth, FLOPs /
+FP8 GEMM rate), both measured here.
 
     python3 bench/python/decode_side_by_side.py --impl deep_gemm [--cells issue|grid] \\
         [--json FILE]
 
-Prints one row per cell: both medians and p10-p90, their ratio (this library / the other), and
-this library's % of the floor. A cell the other implementation refuses is marked so.
+Prints one row per cell: both medians and p10-p90, each round's median, their ratio (this
+library / the other), and this library's % of the floor. A cell the other implementation
+refuses is marked so.
 """
 
 from __future__ import annotations
@@ -40,8 +42,15 @@ GRID_CELLS = [(b, n, l, 64) for b in (1, 4, 8, 16, 32, 64, 128, 256, 512) for l 
               for n in (1, 2, 4)]
 
 
-def replay_stats(fn) -> dict:
-    """Median, p10 and p90 of one call's time (us) in graphs of CALLS calls."""
+def summary(times: list[float]) -> dict:
+    """Median, p10 and p90 of per-call times (us)."""
+    times = sorted(times)
+    return {"median_us": statistics.median(times), "p10_us": times[len(times) // 10],
+            "p90_us": times[(9 * len(times)) // 10]}
+
+
+def replay_times(fn) -> list[float]:
+    """SAMPLES per-call times (us), each from a replay of a graph of CALLS calls."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -63,22 +72,20 @@ def replay_stats(fn) -> dict:
     for _ in range(min(10000, int(WARM_MS / max(replay_ms(), 1e-3)))):
         graph.replay()
     torch.cuda.synchronize()
-    times = sorted(replay_ms() * 1000.0 / CALLS for _ in range(SAMPLES))
-    return {"median_us": statistics.median(times), "p10_us": times[len(times) // 10],
-            "p90_us": times[(9 * len(times)) // 10]}
+    return [replay_ms() * 1000.0 / CALLS for _ in range(SAMPLES)]
 
 
 def ceilings() -> dict:
     n = 1 << 30
     x = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
     y = torch.empty_like(x)
-    copy_us = replay_stats(lambda: y.copy_(x))["median_us"]
+    copy_us = summary(replay_times(lambda: y.copy_(x)))["median_us"]
     m = 8192
     a = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn).t()
     one = torch.ones((), device="cuda")
-    mm_us = replay_stats(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                                  out_dtype=torch.bfloat16))["median_us"]
+    mm_us = summary(replay_times(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                          out_dtype=torch.bfloat16)))["median_us"]
     return {"copy_tbps": 2 * n / (copy_us * 1e-6) / 1e12,
             "fp8_tflops": 2 * m ** 3 / (mm_us * 1e-6) / 1e12}
 
@@ -153,14 +160,22 @@ def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
         ours = calls["mqa_logits"]()
         cols = torch.arange(ours.shape[1], device="cuda")
         row["diff"] = diff(ours, theirs, cols[None, :] < case["lens"].reshape(-1, 1))
+    rounds = {name: [] for name in calls}
     for _ in range(2):
         for name, fn in calls.items():
-            stats = replay_stats(fn)
-            if name not in row or stats["median_us"] < row[name]["median_us"]:
-                row[name] = stats
+            rounds[name].append(replay_times(fn))
+    for name, samples in rounds.items():
+        row[name] = summary([t for round_times in samples for t in round_times])
+        row[name]["round_medians_us"] = [statistics.median(times) for times in samples]
     del case
     torch.cuda.empty_cache()
     return row
+
+
+def stats_text(stats: dict) -> str:
+    """"median (p10-p90; each round's median)" in us."""
+    rounds = ", ".join(f"{m:.1f}" for m in stats["round_medians_us"])
+    return f"{stats['median_us']:.1f} ({stats['p10_us']:.1f}-{stats['p90_us']:.1f}; {rounds})"
 
 
 def main() -> int:
@@ -174,7 +189,8 @@ def main() -> int:
     ceiling = ceilings()
     print(f"{props.name}: copy {ceiling['copy_tbps']:.2f} TB/s, FP8 GEMM "
           f"{ceiling['fp8_tflops']:.0f} TFLOPS; mqa_logits against {args.impl}", flush=True)
-    print(f"{'B/N/L/bk':18} {'mqa_logits us':>22} {args.impl + ' us':>22} {'ratio':>6} "
+    print(f"{'B/N/L/bk':18} {'mqa_logits us (p10-p90; rounds)':>34} "
+          f"{args.impl + ' us (p10-p90; rounds)':>34} {'ratio':>6} "
           f"{'%floor':>7} {'diff':>8}")
     rows = []
     for cell in ISSUE_CELLS if args.cells == "issue" else GRID_CELLS:
@@ -182,12 +198,10 @@ def main() -> int:
         rows.append(row)
         ours = row["mqa_logits"]
         theirs = row.get("other")
-        text = f"{ours['median_us']:.1f} ({ours['p10_us']:.1f}-{ours['p90_us']:.1f})"
-        other_text = ("refuses" if theirs is None else
-                      f"{theirs['median_us']:.1f} ({theirs['p10_us']:.1f}-{theirs['p90_us']:.1f})")
+        other_text = "refuses" if theirs is None else stats_text(theirs)
         ratio = "" if theirs is None else f"{ours['median_us'] / theirs['median_us']:.2f}"
         name = "/".join(str(v) for v in cell)
-        print(f"{name:18} {text:>22} {other_text:>22} {ratio:>6} "
+        print(f"{name:18} {stats_text(ours):>34} {other_text:>34} {ratio:>6} "
               f"{100.0 * row['floor_us'] / ours['median_us']:6.1f}% "
               f"{row.get('diff', float('nan')):8.1e}", flush=True)
     if args.json:

@@ -22,7 +22,7 @@ void launch_metadata(const Units& units, int workers, std::int32_t* out, cudaStr
 void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end, std::int64_t seq_len,
                       std::int64_t seq_len_kv, int num_heads, int workers, std::int32_t* out,
                       cudaStream_t stream) {
-  const metadata_kernels::PrefillUnits units{k_start, k_end, seq_len, seq_len_kv,
+  const metadata_kernels::PrefillUnits units{k_start, k_end, seq_len, seq_len_kv, num_heads,
                                              schedule::prefill_block_q(num_heads)};
   launch_metadata(units, workers, out, stream);
 }

@@ -37,7 +37,8 @@ struct PrefillUnits {
   const std::int32_t* k_end;
   std::int64_t seq_len;
   std::int64_t seq_len_kv;
-  int block_q;
+  int num_heads;
+  int block_q;  // schedule::prefill_block_q(num_heads)
 
   __device__ std::int64_t count() const { return schedule::ceil_div(seq_len, block_q); }
   __device__ std::int64_t items(std::int64_t unit) const {
@@ -51,7 +52,7 @@ struct PrefillUnits {
       lo = w.lo < lo ? w.lo : lo;
       hi = w.hi > hi ? w.hi : hi;
     }
-    return schedule::prefill_block_items(lo, hi);
+    return schedule::prefill_block_items(num_heads, lo, hi);
   }
 };
 

@@ -60,6 +60,7 @@ inline constexpr int kEndOfBlocks = -1;
 
 template <int kHeadDim, int kNumHeads>
 struct PrefillTiling {
+  static constexpr int kHeads = kNumHeads;
   static constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
   static constexpr int kBlockN = kBlockQ * kNumHeads;  // (query, head) rows of a block
   static constexpr int kGroupQ = kBlockQ / 2;           // query rows per query group
@@ -255,8 +256,8 @@ __device__ __forceinline__ void find_segment(const PrefillParams& p, const Prefi
     if (threadIdx.x < kRowInts) prefill_segment[threadIdx.x] = p.schedule_meta[at];
     return;
   }
-  const metadata_kernels::PrefillUnits units{p.k_start, p.k_end, p.seq_len, p.seq_len_kv,
-                                             T::kBlockQ};
+  const metadata_kernels::PrefillUnits units{p.k_start,    p.k_end,   p.seq_len,
+                                             p.seq_len_kv, T::kHeads, T::kBlockQ};
   auto& scratch = *reinterpret_cast<metadata_kernels::ScheduleScratch<T::kThreads>*>(sh.kv_tiles);
   metadata_kernels::schedule_rows<T::kThreads>(units, gridDim.x, blockIdx.x, blockIdx.x + 1,
                                                scratch, prefill_segment);
@@ -264,12 +265,12 @@ __device__ __forceinline__ void find_segment(const PrefillParams& p, const Prefi
 }
 
 // Calls f(span) for every block span of this CTA's segment (prefill_segment), in order, its
-// tiles those of the segment's items past the block's own schedule::kPrefillBlockItems. Each
-// block's window bounds are loaded one block ahead, so that the walk adds no load latency
+// tiles those of the segment's items past the block's own (schedule::prefill_block_own_items).
+// Each block's window bounds are loaded one block ahead, so that the walk adds no load latency
 // between blocks. Called by full warps.
-template <int kBlockQ, typename F>
+template <int kNumHeads, typename F>
 __device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
-  constexpr int kOwnItems = schedule::kPrefillBlockItems;
+  constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
   // Read where used (volatile): the bounds need no registers across the spans.
   const volatile std::int32_t* bounds = prefill_segment;
   int block = bounds[0], item = bounds[1];
@@ -282,9 +283,10 @@ __device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& 
     const int2 rows = next;
     next = block_row_bounds<kBlockQ>(p, block + 1);
     BlockSpan span = block_span(p, block, rows);
-    const int items = kOwnItems + span.tiles;
-    span.first_tile = max(item - kOwnItems, 0);
-    span.end_tile = max((block == end_block ? min(end_item, items) : items) - kOwnItems, 0);
+    const int own = schedule::prefill_block_own_items(kNumHeads, span.tiles);
+    const int items = own + span.tiles;
+    span.first_tile = max(item - own, 0);
+    span.end_tile = max((block == end_block ? min(end_item, items) : items) - own, 0);
     f(span);
   }
 }

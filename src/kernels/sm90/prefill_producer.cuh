@@ -33,9 +33,8 @@ __device__ void fold_block(const PrefillParams& p, int block, std::uint8_t* q_ti
 template <typename T>
 __device__ __forceinline__ void produce_key_tiles(const PrefillParams& p,
                                                   const PrefillShared<T>& sh, int lane) {
-  constexpr int kBlockQ = T::kBlockQ;
   RingPosition<T::kStages> kv;
-  for_each_block_span<kBlockQ>(p, [&](const BlockSpan& s) {
+  for_each_block_span<T::kHeads>(p, [&](const BlockSpan& s) {
     for (int t = s.first_tile; t < s.end_tile; ++t) {
       if (lane == 0) {
         const int key0 = s.lo + t * T::kTileKV;
@@ -73,7 +72,7 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
                                                 int warp, int lane) {
   const int group = warp - 1;  // the query group whose weights this warp stages
   RingPosition<T::kQBuffers> qb;
-  for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
+  for_each_block_span<T::kHeads>(p, [&](const BlockSpan& s) {
     if (!s.has_tiles()) return;
     const bool fold = T::kFoldLinear && s.tiles >= T::kFoldMinTiles;
     // The block's state, read before the wait for its buffer. Weights of MMA column
@@ -143,7 +142,7 @@ template <typename T>
 __device__ __forceinline__ void store_block_tiles(const PrefillParams& p,
                                                   const PrefillShared<T>& sh, int lane) {
   RingPosition<T::kStages> kv;
-  for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
+  for_each_block_span<T::kHeads>(p, [&](const BlockSpan& s) {
     for (int t = s.first_tile; t < s.end_tile; ++t) {
       sh.sums_full[kv.stage].wait(kv.phase);
       if (lane == 0) {
@@ -214,7 +213,7 @@ __device__ __forceinline__ void store_row_tiles(const PrefillParams& p, const Pr
   constexpr int kEdgeOffset = kRowBytes - kStoreAlignBytes;  // of slot 128 - A
   const int out_cols = static_cast<int>(p.out_cols);  // columns and rows fit in int (TMA's)
   RingPosition<T::kStages> kv;
-  for_each_block_span<T::kBlockQ>(p, [&](const BlockSpan& s) {
+  for_each_block_span<T::kHeads>(p, [&](const BlockSpan& s) {
     const int row0 = s.block * T::kBlockQ;
     const bool has_row = lane < T::kBlockQ && row0 + lane < p.seq_len;
     const int shift = has_row ? p.k_start[row0 + lane] : 0;
