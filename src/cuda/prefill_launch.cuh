@@ -76,8 +76,8 @@ void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   constexpr auto kernel = &sm90::prefill_logits_kernel<kHeadDim, kNumHeads>;
   allow_all_dynamic_smem<kernel>(problem.device.index,
                                  "cudaFuncSetAttribute(prefill_logits_kernel)");
-  kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
-  check_cuda(cudaGetLastError(), "prefill_logits_kernel launch");
+  launch_programmatic(kernel, dim3(grid), dim3(Tiling::kThreads), Tiling::kSmemBytes, stream,
+                      "prefill_logits_kernel launch", params);
 }
 
 }  // namespace mqa_logits::cuda_backend

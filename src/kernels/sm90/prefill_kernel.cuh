@@ -259,6 +259,9 @@ __global__ void __launch_bounds__(PrefillTiling<kHeadDim, kNumHeads>::kThreads, 
     }
     fence_barrier_init();
   }
+  // Programmatic dependent launch: everything above overlapped the previous kernel's tail; no
+  // global memory is read before this point.
+  cudaGridDependencySynchronize();
   find_segment(p, sh);
   __syncthreads();
   // The clean_logits pass after this kernel may start its CTAs as this kernel's leave the SMs.
