@@ -61,7 +61,8 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_block_tiles(std::int64_t lo, std:
 // patterns (docs/perf-notes.md, "Block prices by head count"): at H = 64, 4 (square causal
 // 8192^2 took 594, 549 and 454 us with 2, 3 and 4); below, where no block folds, 3 for a block
 // of at most 3 tiles, whose rows' load the tiles before it do not hide, and 1 for the others
-// (at H = 32, square causal 8192^2 -11% and packed 8 x 2048 -7% against 4 everywhere).
+// (against 4 everywhere, at H = 32, 16 and 8: square causal 8192^2 -3 to -11%, packed
+// 8 x 2048 -7 to -10%).
 MQA_HOST_DEVICE constexpr int prefill_block_own_items(int num_heads, std::int64_t tiles) {
   if (num_heads == 64) return 4;
   return tiles <= 3 ? 3 : 1;
