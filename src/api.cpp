@@ -17,7 +17,6 @@
 namespace mqa_logits {
 namespace {
 
-constexpr std::int64_t kOutputRowAlignmentBytes = 1024;
 constexpr int kMaxWorkersWithoutDevice = 4096;
 
 // 0 until set_num_sms(): the default then follows the current CUDA device.
@@ -37,7 +36,7 @@ OutputLayout padded_layout(std::int64_t rows, std::int64_t cols, DType logits_dt
                                        dtype_name(logits_dtype));
   }
   const std::int64_t row_unit =
-      kOutputRowAlignmentBytes / static_cast<std::int64_t>(dtype_size(logits_dtype));
+      kLogitsRowAlignmentBytes / static_cast<std::int64_t>(dtype_size(logits_dtype));
   return {rows, cols, schedule::ceil_div(cols, row_unit) * row_unit};
 }
 

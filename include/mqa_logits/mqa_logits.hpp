@@ -26,8 +26,9 @@ typedef struct CUstream_st* cudaStream_t;
 namespace mqa_logits {
 
 // Where to allocate logits: `rows` x `cols` logical elements, rows `row_stride` elements apart.
-// The stride is padded to a multiple of 1024 bytes; any row stride >= cols whose rows start
-// 16-byte aligned is accepted too.
+// The stride is padded to a multiple of kLogitsRowAlignmentBytes; any row stride >= cols whose
+// rows start 16-byte aligned is accepted too.
+inline constexpr std::int64_t kLogitsRowAlignmentBytes = 1024;
 struct OutputLayout {
   std::int64_t rows = 0;
   std::int64_t cols = 0;

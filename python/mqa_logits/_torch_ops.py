@@ -24,7 +24,7 @@ from ._arrays import TORCH_OUTPUTS, logits_dtype_of
 Tensor = torch.Tensor
 
 # Rows of logits are padded to this many bytes, as the library lays them out.
-_ROW_BYTES = 1024
+_ROW_BYTES = _C.LOGITS_ROW_ALIGNMENT_BYTES
 
 
 def _split(x: Any) -> Tuple[Any, Optional[Tensor]]:

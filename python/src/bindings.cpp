@@ -226,6 +226,7 @@ NB_MODULE(_C, m) {
       "Low-level bindings of the mqa_logits C++ library over array descriptors. Use the functions "
       "of the `mqa_logits` package instead: they allocate outputs and pick the CUDA stream.";
   m.attr("__version__") = MQA_LOGITS_VERSION;
+  m.attr("LOGITS_ROW_ALIGNMENT_BYTES") = ml::kLogitsRowAlignmentBytes;
   nb::register_exception_translator(translate_exceptions);
 
   nb::enum_<ml::DType>(m, "DType", "Element type of an array crossing into the library.")

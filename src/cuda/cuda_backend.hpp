@@ -16,7 +16,11 @@ namespace mqa_logits::cuda_backend {
 bool available();
 // Compiled in and at least one CUDA device is visible (of any architecture).
 bool any_device();
-// Visible CUDA devices: 0 without the backend, or when the driver reports none (or fails).
+// Devices the backend addresses, at most kMaxDevices (per-device records are arrays or bit masks
+// of that size).
+inline constexpr int kMaxDevices = 64;
+// Visible CUDA devices (at most kMaxDevices): 0 without the backend, or when the driver reports
+// none (or fails).
 int device_count();
 int current_device();
 

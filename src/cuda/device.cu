@@ -14,7 +14,6 @@ namespace mqa_logits::cuda_backend {
 namespace {
 
 constexpr int kHopperComputeCapability = 90;
-constexpr int kMaxDevices = 64;
 
 std::string device_label(int device) { return "cuda:" + std::to_string(device); }
 

@@ -17,10 +17,11 @@ namespace mqa_logits::cuda_backend {
 // Lets kKernel take all the dynamic shared memory a block may opt in to on `device`, the current
 // device (less its static shared memory). The limit belongs to the kernel on each device and
 // setting it costs about a microsecond, so it is set on the first launch on a device only: each
-// kernel keeps its record of the devices done, one bit each (device indices stay below 64:
-// device_count()).
+// kernel keeps its record of the devices done, one bit each (device indices stay below
+// kMaxDevices: device_count()).
 template <auto kKernel>
 void allow_all_dynamic_smem(int device, const char* name) {
+  static_assert(kMaxDevices <= 64, "one bit a device");
   static std::atomic<std::uint64_t> configured_devices{0};
   const std::uint64_t bit = std::uint64_t{1} << device;
   if ((configured_devices.load(std::memory_order_acquire) & bit) != 0) return;
