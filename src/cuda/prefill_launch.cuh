@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/prefill_kernel.cuh"
