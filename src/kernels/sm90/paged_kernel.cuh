@@ -214,7 +214,8 @@ template <int D, int H, int kMmaRows>
 __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     paged_logits_kernel(const __grid_constant__ PagedParams params) {
   static_assert(D == 32 || D == 64 || D == 128);
-  static_assert(H == 8 || H == 16 || H == 32 || H == 64);
+  static_assert(H == 8 || H == 16 || H == 32 || H == 64,
+                "the decode kernel's chunks and epilogue are written for H = 8, 16, 32 and 64");
   static_assert(kMmaRows == mma_rows_for(kMmaRows, H), "not an instance mma_rows_for picks");
   extern __shared__ std::uint8_t smem_raw[];
   const std::uint32_t misalignment = smem_address(smem_raw) % 1024;

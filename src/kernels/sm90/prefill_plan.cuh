@@ -99,6 +99,9 @@ struct PrefillTiling {
   static constexpr int kScaleBytes = kScaleBox * 4;  // per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
+  static_assert(kOutputsPerThread >= 1,
+                "the prefill kernel needs H <= 64: the quad reduction spreads a thread's "
+                "2 x (128 / H) sums over 4 lanes");
   // A stage's logits, staged by the math warps for the store warp's TMA: one row of kTileKV
   // values (staged_slot) per block row, rows packed as a TMA box of all of them lays them out
   // (staging_row_bytes: 512 bytes apart for fp32, 256 for bf16).
