@@ -2,7 +2,6 @@
 // and an item are), then one split of the item list shared by both operations.
 #include "metadata.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -45,17 +44,9 @@ void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
   std::vector<std::int64_t> block_items;
   block_items.reserve(static_cast<std::size_t>(schedule::ceil_div(seq_len, block_q)));
   for (std::int64_t first = 0; first < seq_len; first += block_q) {
-    // The block's key range spans its non-empty rows; empty rows add no keys.
-    std::int64_t lo = seq_len_kv;
-    std::int64_t hi = 0;
-    for (std::int64_t row = first; row < std::min(first + block_q, seq_len); ++row) {
-      const schedule::Window window =
-          schedule::prefill_row_window(k_start[row], k_end[row], seq_len_kv);
-      if (window.lo >= window.hi) continue;
-      lo = std::min(lo, window.lo);
-      hi = std::max(hi, window.hi);
-    }
-    block_items.push_back(schedule::prefill_block_items(num_heads, lo, hi));
+    const schedule::Window block =
+        schedule::prefill_block_window(k_start, k_end, seq_len, seq_len_kv, first, block_q);
+    block_items.push_back(schedule::prefill_block_items(num_heads, block.lo, block.hi));
   }
   split_items(block_items, workers, out);
 }
@@ -65,16 +56,11 @@ void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::i
                     std::int32_t* out) {
   // In the varlen form (indices given, next_n 1) every row is its own group, exactly as the
   // sequences of next_n = 1 are: the indices only tell the kernel which rows share keys.
-  const int next_n = lens_2d ? static_cast<int>(lens_cols) : 1;
   std::vector<std::int64_t> group_items;
   group_items.reserve(static_cast<std::size_t>(batch));
   for (std::int64_t b = 0; b < batch; ++b) {
-    // A 1-D length is that of the sequence's last row, its longest.
-    std::int64_t length = 0;
-    for (int t = 0; t < next_n; ++t) {
-      length = std::max(length, schedule::paged_row_length(context_lens, lens_2d, b, next_n, t));
-    }
-    group_items.push_back(schedule::paged_group_items(length));
+    group_items.push_back(schedule::paged_group_items(
+        schedule::paged_unit_length(context_lens, lens_2d, lens_cols, b)));
   }
   split_items(group_items, workers, out);
 }

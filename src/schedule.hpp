@@ -116,6 +116,24 @@ MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int
   return {lo, hi};
 }
 
+// Key range of the prefill block of rows [first, first + block_q) (clamped to S): [min start, max
+// end) over its non-empty rows, empty (lo >= hi) when all of them are.
+MQA_HOST_DEVICE constexpr Window prefill_block_window(const std::int32_t* k_start,
+                                                      const std::int32_t* k_end,
+                                                      std::int64_t seq_len,
+                                                      std::int64_t seq_len_kv, std::int64_t first,
+                                                      std::int64_t block_q) {
+  Window block{seq_len_kv, 0};
+  const std::int64_t last = first + block_q < seq_len ? first + block_q : seq_len;
+  for (std::int64_t row = first; row < last; ++row) {
+    const Window w = prefill_row_window(k_start[row], k_end[row], seq_len_kv);
+    if (w.lo >= w.hi) continue;
+    block.lo = w.lo < block.lo ? w.lo : block.lo;
+    block.hi = w.hi > block.hi ? w.hi : block.hi;
+  }
+  return block;
+}
+
 // Context length of decode row t (of N) of sequence b.
 MQA_HOST_DEVICE constexpr std::int64_t paged_row_length(const std::int32_t* context_lens,
                                                         bool lens_2d, std::int64_t b, int next_n,

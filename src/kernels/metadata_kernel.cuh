@@ -42,17 +42,9 @@ struct PrefillUnits {
 
   __device__ std::int64_t count() const { return schedule::ceil_div(seq_len, block_q); }
   __device__ std::int64_t items(std::int64_t unit) const {
-    std::int64_t lo = seq_len_kv;
-    std::int64_t hi = 0;
-    const std::int64_t first = unit * block_q;
-    const std::int64_t last = first + block_q < seq_len ? first + block_q : seq_len;
-    for (std::int64_t row = first; row < last; ++row) {
-      const schedule::Window w = schedule::prefill_row_window(k_start[row], k_end[row], seq_len_kv);
-      if (w.lo >= w.hi) continue;
-      lo = w.lo < lo ? w.lo : lo;
-      hi = w.hi > hi ? w.hi : hi;
-    }
-    return schedule::prefill_block_items(num_heads, lo, hi);
+    const schedule::Window block = schedule::prefill_block_window(
+        k_start, k_end, seq_len, seq_len_kv, unit * block_q, block_q);
+    return schedule::prefill_block_items(num_heads, block.lo, block.hi);
   }
 };
 
