@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "common.hpp"
 #include "cuda/driver_function.hpp"
 #include "cuda/launch.hpp"
+#include "mqa_logits/errors.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 
 namespace mqa_logits::bench {
@@ -60,8 +60,8 @@ class DriverLaunch {
     const CUresult result =
         launch_(&config, reinterpret_cast<CUfunction>(function_), nullptr, nullptr);
     if (result != CUDA_SUCCESS) {
-      throw std::runtime_error("cuLaunchKernelEx(empty_kernel) failed with CUresult " +
-                               std::to_string(result));
+      throw CudaError("cuLaunchKernelEx(empty_kernel) failed with CUresult " +
+                      std::to_string(result));
     }
   }
 
