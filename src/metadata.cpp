@@ -41,11 +41,13 @@ void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
                       std::int64_t seq_len, std::int64_t seq_len_kv, int num_heads, int workers,
                       std::int32_t* out) {
   const std::int64_t block_q = schedule::prefill_block_q(num_heads);
-  std::vector<std::int64_t> block_items;
-  block_items.reserve(static_cast<std::size_t>(schedule::ceil_div(seq_len, block_q)));
-  for (std::int64_t first = 0; first < seq_len; first += block_q) {
-    const schedule::Window block =
-        schedule::prefill_block_window(k_start, k_end, seq_len, seq_len_kv, first, block_q);
+  const std::int64_t blocks = schedule::ceil_div(seq_len, block_q);
+  std::vector<std::int64_t> block_items;  // in the schedule's order of blocks
+  block_items.reserve(static_cast<std::size_t>(blocks));
+  for (std::int64_t position = 0; position < blocks; ++position) {
+    const schedule::Window block = schedule::prefill_block_window(
+        k_start, k_end, seq_len, seq_len_kv,
+        schedule::prefill_block_at(position, blocks) * block_q, block_q);
     block_items.push_back(schedule::prefill_block_items(num_heads, block.lo, block.hi));
   }
   split_items(block_items, workers, out);

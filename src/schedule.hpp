@@ -6,14 +6,14 @@
 // key tiles run from lo rounded down to a multiple of kPrefillTileAlign (none for a block whose
 // rows are all empty). Its work items are prefill_block_own_items items that stand for what it
 // costs besides its tiles (its query rows' load, their fold, the weights), then one item a tile.
-// Counting that cost in the split keeps CTAs that draw many short blocks (square causal, packed
-// requests) as busy as those that draw a few long ones.
+// The item list takes the blocks in the folded order of prefill_block_at, so that CTAs drawing
+// short blocks (square causal, packed requests) draw long ones as well.
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
 // splits, at least one per group.
 //
-// Metadata, int32 [W + 1, 2] for W workers: row k = (group or block, item within it) of the first
-// item of worker k; row W = (number of groups or blocks, fingerprint), the fingerprint a digest
+// Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
+// of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups or blocks, fingerprint), the fingerprint a digest
 // of the number of groups and items (metadata_fingerprint) that tells metadata computed for
 // other lengths or windows from the call's. With I items in all, worker k gets items
 // [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at most one.
@@ -49,6 +49,21 @@ MQA_HOST_DEVICE constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) 
 // First key of the first tile of a prefill block whose key range starts at lo >= 0.
 MQA_HOST_DEVICE constexpr std::int64_t prefill_tiles_start(std::int64_t lo) {
   return lo / kPrefillTileAlign * kPrefillTileAlign;
+}
+
+// The block at position `position` of the order in which the schedule lists a prefill call's
+// `blocks` blocks: folded, position 2i being block i and position 2i + 1 block blocks - 1 - i.
+// Windows grow along the rows (causal) or repeat (packed requests), so a run of positions pairs
+// short blocks with long ones and any contiguous segment holds about as many blocks a tile as
+// any other: the split is then even in blocks and tiles at once, whatever a block's own price.
+template <typename Int>
+MQA_HOST_DEVICE constexpr Int prefill_block_at(Int position, Int blocks) {
+  return position % 2 == 0 ? position / 2 : blocks - 1 - position / 2;
+}
+// The block that follows block b in that order (b itself after the last position).
+template <typename Int>
+MQA_HOST_DEVICE constexpr Int prefill_block_after(Int b, Int blocks) {
+  return b < blocks - blocks / 2 ? blocks - 1 - b : blocks - b;
 }
 
 // Key tiles of a prefill block with key range [lo, hi).

@@ -30,11 +30,13 @@ std::int64_t prefill_price(std::int64_t tiles, int H) {
   return own + tiles;
 }
 
+// The items of each block, listed in the schedule's order of blocks: first, last, second,
+// second to last, and so on.
 std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
                                         const std::vector<std::int32_t>& end, std::int64_t T,
                                         int H) {
   const std::int64_t block_q = 256 / H;
-  std::vector<std::int64_t> items;
+  std::vector<std::int64_t> by_block;
   for (std::size_t first = 0; first < start.size(); first += block_q) {
     std::int64_t lo = -1;
     std::int64_t hi = -1;
@@ -45,8 +47,13 @@ std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
       lo = lo < 0 ? row_lo : std::min(lo, row_lo);
       hi = std::max(hi, row_hi);
     }
-    items.push_back(
+    by_block.push_back(
         prefill_price(lo < 0 ? 0 : div_up(hi - lo / kTileAlign * kTileAlign, kTileKV), H));
+  }
+  std::vector<std::int64_t> items;
+  for (std::size_t low = 0, high = by_block.size(); low < high;) {
+    items.push_back(by_block[low++]);
+    if (low < high) items.push_back(by_block[--high]);
   }
   return items;
 }
@@ -145,6 +152,23 @@ PrefillCase random_prefill_case(std::mt19937& gen, int trial) {
     c.end.push_back(hi);
   }
   return c;
+}
+
+TEST(PrefillMetadata, BlockOrderTakesEachBlockOnceAndKnowsItsSuccessor) {
+  for (int blocks = 1; blocks <= 300; ++blocks) {
+    std::vector<int> seen(blocks, 0);
+    for (int position = 0; position < blocks; ++position) {
+      const int block = schedule::prefill_block_at(position, blocks);
+      ASSERT_GE(block, 0);
+      ASSERT_LT(block, blocks);
+      ++seen[block];
+      const int expected_next =
+          position + 1 < blocks ? schedule::prefill_block_at(position + 1, blocks) : block;
+      EXPECT_EQ(schedule::prefill_block_after(block, blocks), expected_next)
+          << "position " << position << " of " << blocks;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), blocks) << blocks << " blocks";
+  }
 }
 
 TEST(PrefillMetadata, SplitsEveryBlockItemEvenly) {

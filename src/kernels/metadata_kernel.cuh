@@ -30,8 +30,8 @@ namespace mqa_logits::metadata_kernels {
 
 inline constexpr int kMetadataThreads = 512;
 
-// Prefill: unit b is query rows [b * BQ, min((b + 1) * BQ, S)); its key range spans its
-// non-empty rows' windows.
+// Prefill: unit u is the block at position u of the schedule's order (prefill_block_at), query
+// rows [b * BQ, min((b + 1) * BQ, S)) of block b; its key range spans its non-empty rows' windows.
 struct PrefillUnits {
   const std::int32_t* k_start;
   const std::int32_t* k_end;
@@ -43,7 +43,8 @@ struct PrefillUnits {
   __device__ std::int64_t count() const { return schedule::ceil_div(seq_len, block_q); }
   __device__ std::int64_t items(std::int64_t unit) const {
     const schedule::Window block = schedule::prefill_block_window(
-        k_start, k_end, seq_len, seq_len_kv, unit * block_q, block_q);
+        k_start, k_end, seq_len, seq_len_kv, schedule::prefill_block_at(unit, count()) * block_q,
+        block_q);
     return schedule::prefill_block_items(num_heads, block.lo, block.hi);
   }
 };

@@ -44,11 +44,12 @@
 // (576 + 16 kGroupQ + 16 kGroupQ at H = 64) B); barriers: up to 227 KiB, with 6 stages at
 // H = 64, 7 at H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
 //
-// Scheduling: CTA c takes its contiguous segment of the (block, item) list, rows c and c + 1 of
-// the metadata, read when given and otherwise computed by the CTA itself (find_segment); a
-// block's first items stand for its own cost, the rest are its tiles (schedule.hpp). Every
-// output element is computed by the same instructions in the same order either way, so both
-// give bitwise-identical logits.
+// Scheduling: CTA c takes its contiguous segment of the (block, item) list, whose blocks come in
+// the folded order of schedule::prefill_block_at (short and long blocks in every segment): rows
+// c and c + 1 of the metadata, read when given and otherwise computed by the CTA itself
+// (find_segment). A block's first items stand for its own cost, the rest are its tiles
+// (schedule.hpp). Every output element is computed by the same instructions in the same order
+// either way, so both give bitwise-identical logits.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -267,29 +267,35 @@ __device__ __forceinline__ void find_segment(const PrefillParams& p, const Prefi
   fence_async_proxy_shared();  // TMA (the async proxy) writes the scratch next
 }
 
-// Calls f(span) for every block span of this CTA's segment (prefill_segment), in order, its
-// tiles those of the segment's items past the block's own (schedule::prefill_block_own_items).
-// Each block's window bounds are loaded one block ahead, so that the walk adds no load latency
-// between blocks. Called by full warps.
+// Calls f(span) for every block span of this CTA's segment (prefill_segment: positions in the
+// schedule's order of blocks, schedule::prefill_block_at), in order, its tiles those of the
+// segment's items past the block's own (schedule::prefill_block_own_items). Each block's window
+// bounds are loaded one block ahead, so that the walk adds no load latency between blocks.
+// Called by full warps.
 template <int kNumHeads, typename F>
 __device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& f) {
   constexpr int kBlockQ = schedule::prefill_block_q(kNumHeads);
+  // Positions reach num_blocks (past the last) only where their block's bounds go unused.
+  const auto block_at = [&](int position) {
+    return schedule::prefill_block_at(position, p.num_blocks);
+  };
   // Read where used (volatile): the bounds need no registers across the spans.
   const volatile std::int32_t* bounds = prefill_segment;
-  int block = bounds[0], item = bounds[1];
-  int2 next = block_row_bounds<kBlockQ>(p, block);
-  for (;; ++block, item = 0) {
-    const int end_block = min(bounds[2], p.num_blocks), end_item = bounds[3];
-    if (block > end_block || (block == end_block && (block == p.num_blocks || item >= end_item))) {
+  int position = bounds[0], item = bounds[1];
+  int2 next = block_row_bounds<kBlockQ>(p, block_at(position));
+  for (;; ++position, item = 0) {
+    const int end_position = min(bounds[2], p.num_blocks), end_item = bounds[3];
+    if (position > end_position ||
+        (position == end_position && (position == p.num_blocks || item >= end_item))) {
       return;
     }
     const int2 rows = next;
-    next = block_row_bounds<kBlockQ>(p, block + 1);
-    BlockSpan span = block_span(p, block, rows);
+    next = block_row_bounds<kBlockQ>(p, block_at(position + 1));
+    BlockSpan span = block_span(p, block_at(position), rows);
     const int own = schedule::prefill_block_own_items(kNumHeads, span.tiles);
     const int items = own + span.tiles;
     span.first_tile = max(item - own, 0);
-    span.end_tile = max((block == end_block ? min(end_item, items) : items) - own, 0);
+    span.end_tile = max((position == end_position ? min(end_item, items) : items) - own, 0);
     f(span);
   }
 }

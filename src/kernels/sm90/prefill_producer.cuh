@@ -80,6 +80,7 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
     // folded half, stored as weights[lane % 4][j / 2] = {w[j][0], w[j][1], w[j + 1][0],
     // w[j + 1][1]} (j even).
     const std::int64_t row0 = static_cast<std::int64_t>(s.block) * T::kBlockQ;
+    const int next_block = schedule::prefill_block_after(s.block, p.num_blocks);
     float4 weights;
     {
       const int j0 = 2 * (lane / 4);
@@ -102,14 +103,14 @@ __device__ __forceinline__ void run_query_warps(const PrefillParams& p, const Pr
       }
       // The next block's Q rows into L2, so that its load waits on L2 rather than HBM.
       for (int g = 0; g < 2; ++g) {
-        tma_prefetch_2d(&p.q_map, 0, (s.block + 1) * T::kBlockN + g * T::kGroupN);
+        tma_prefetch_2d(&p.q_map, 0, next_block * T::kBlockN + g * T::kGroupN);
       }
     }
-    if (warp == 2 && lane < T::kBlockQ && row0 + T::kBlockQ + lane < p.seq_len) {
+    const std::int64_t next_row0 = static_cast<std::int64_t>(next_block) * T::kBlockQ;
+    if (warp == 2 && lane < T::kBlockQ && next_row0 + lane < p.seq_len) {
       // And its weight rows (each of H weights, one or two 128-byte lines).
       const auto* next_row = static_cast<const std::uint8_t*>(p.weights) +
-                             (row0 + T::kBlockQ + lane) * p.weights_row_stride *
-                                 (p.weights_bf16 ? 2 : 4);
+                             (next_row0 + lane) * p.weights_row_stride * (p.weights_bf16 ? 2 : 4);
       prefetch_l2(next_row);
       if (kNumHeads * (p.weights_bf16 ? 2 : 4) > 128) prefetch_l2(next_row + 128);
     }
