@@ -8,6 +8,7 @@
 #include "cuda/dispatch.hpp"
 #include "cuda/launch.hpp"
 #include "kernels/prefill_clean_kernel.cuh"
+#include "kernels/sm90/prefill_plan.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"
 
@@ -17,6 +18,19 @@ template <int kHeadDim, int kNumHeads>
 void launch_prefill(const PrefillProblem& problem, cudaStream_t stream);
 
 namespace {
+
+// Whether a clean_logits CTA fits the registers and shared memory that a logits CTA of instance
+// (D, H) leaves of its SM: the pass then runs beside the logits kernel (prefill_clean_kernel.cuh).
+template <int kHeadDim, int kNumHeads>
+constexpr bool clean_fits_beside_logits() {
+  using Tiling = sm90::PrefillTiling<kHeadDim, kNumHeads>;
+  constexpr int kStaticAndAlignment = 1024;  // prefill_segment, then the 1024-byte aligned base
+  return Tiling::kThreads * sm90::launch_registers(Tiling::kThreads) +
+                 kernels::kCleanThreads * kernels::kCleanRegisters <=
+             sm90::kSmRegisters &&
+         Tiling::kSmemBytes + kStaticAndAlignment + 2 * sm90::kCtaReservedSharedBytes <=
+             sm90::kSmSharedBytes;
+}
 
 // After the logits kernel, with programmatic dependent launch (prefill_clean_kernel.cuh).
 void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
@@ -41,7 +55,10 @@ void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   }
   const DeviceGuard guard(problem.device.index);
   with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
-    launch_prefill<decltype(dim)::value, decltype(heads)::value>(problem, stream);
+    constexpr int kHeadDim = decltype(dim)::value, kNumHeads = decltype(heads)::value;
+    static_assert(clean_fits_beside_logits<kHeadDim, kNumHeads>(),
+                  "a clean_logits CTA fits beside a logits CTA");
+    launch_prefill<kHeadDim, kNumHeads>(problem, stream);
   });
   if (problem.clean_logits) launch_clean(problem, stream);
 }

@@ -95,11 +95,16 @@ __device__ __forceinline__ void bulk_wait() {
 
 // ---- warp-group control ----------------------------------------------------------------------
 
+// An SM's registers and shared memory, of which the SM reserves 1 KiB for each resident CTA.
+inline constexpr int kSmRegisters = 65536;
+inline constexpr int kSmSharedBytes = 228 * 1024;
+inline constexpr int kCtaReservedSharedBytes = 1024;
+
 // Registers per thread a CTA of `threads` threads (one CTA per SM) is launched with: 64K over the
 // threads, in steps of 8. setmaxnreg moves registers only within the CTA's pool of threads times
 // this many, and an increase the pool cannot cover waits forever.
 __host__ __device__ constexpr int launch_registers(int threads) {
-  return 65536 / threads / 8 * 8;
+  return kSmRegisters / threads / 8 * 8;
 }
 
 template <int Registers>
