@@ -158,6 +158,13 @@ MQA_HOST_DEVICE constexpr std::int64_t paged_row_length(const std::int32_t* cont
   return len > 0 ? len : 0;
 }
 
+// Keys any decode row can have: its output width, and what its block-table row addresses.
+MQA_HOST_DEVICE constexpr std::int64_t paged_key_cap(std::int64_t max_context_len,
+                                                     std::int64_t max_blocks, int block_kv) {
+  const std::int64_t addressed = max_blocks * block_kv;
+  return max_context_len < addressed ? max_context_len : addressed;
+}
+
 // The length decode unit `unit` (a sequence, or a row in the varlen form) splits into items: its
 // longest row. `lens_cols` is the column count of 2-D lengths (next_n); a 1-D length is already
 // that of the sequence's last, longest row.

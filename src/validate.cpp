@@ -27,6 +27,14 @@ void expect_memory(const Placement& placement, const std::optional<TensorView>& 
 
 std::string format_reason(Format format) { return std::string("q is ") + format_name(format); }
 
+// The CUDA backend runs the FP8 format; the MX formats run on the CPU.
+void expect_backend_format(const Placement& placement, Format format) {
+  if (placement.on_cuda() && format != Format::kFP8) {
+    checks::refuse("q", std::string("the CUDA backend runs the FP8 format; got ") +
+                            format_name(format));
+  }
+}
+
 // ---- operands shared by both operations ----
 
 // q: contiguous [lead..., H, D or D / 2] (lead dims already named by `dims`). Returns D.
@@ -217,6 +225,7 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
                                 const MqaLogitsOptions& options) {
   const Placement placement = place_prefill(q, kv, weights, k_start, k_end, logits, options);
   const Format format = checks::infer_format(q);
+  expect_backend_format(placement, format);
   const std::int64_t head_dim = expect_query(q, format, 3, "[S, H, D]");
   const std::int64_t seq_len = q.values.shape[0];
   const std::int64_t num_heads = q.values.shape[1];
@@ -279,6 +288,7 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   const Placement placement = place_paged(q, kv_cache, weights, context_lens, block_table,
                                           schedule_meta, logits, options);
   const Format format = checks::infer_format(q);
+  expect_backend_format(placement, format);
   const std::int64_t head_dim = expect_query(q, format, 4, "[B, N, H, D]");
   const std::int64_t batch = q.values.shape[0];
   const std::int64_t next_n = q.values.shape[1];

@@ -30,7 +30,7 @@ std::int64_t row_length(const PagedProblem& p, std::int64_t row) {
           : schedule::paged_row_length(p.context_lens, p.context_lens_2d, row / p.next_n,
                                        static_cast<int>(p.next_n),
                                        static_cast<int>(row % p.next_n));
-  return std::min({len, p.max_context_len, p.max_blocks * p.block_kv});
+  return std::min(len, schedule::paged_key_cap(p.max_context_len, p.max_blocks, p.block_kv));
 }
 
 // Id of the block holding position `pos` of block-table row `table`, or -1 if outside the cache.

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -17,6 +16,7 @@
 #include "kernels/sm90/paged_kernel.cuh"
 #include "mqa_logits/errors.hpp"
 #include "problem.hpp"
+#include "schedule.hpp"
 
 namespace mqa_logits::cuda_backend {
 
@@ -64,7 +64,8 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   params.logits = problem.logits;
   params.logits_row_stride = problem.logits_row_stride;
   params.max_context_len = problem.max_context_len;
-  params.key_cap = std::min(problem.max_context_len, problem.max_blocks * problem.block_kv);
+  params.key_cap =
+      schedule::paged_key_cap(problem.max_context_len, problem.max_blocks, problem.block_kv);
   params.units = static_cast<int>(problem.batch);
   params.next_n = static_cast<int>(problem.next_n);
   params.lens_cols = problem.context_lens_2d ? static_cast<int>(problem.next_n) : 1;

@@ -1,15 +1,12 @@
 // CUDA prefill entry: picks the kernel instance for (head dim, heads), then with clean_logits the
 // -inf pass (kernels/prefill_clean_kernel.cuh). The dispatch code calls it only when there is an
 // output element to write.
-#include <string>
-
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/dispatch.hpp"
 #include "cuda/launch.hpp"
 #include "kernels/prefill_clean_kernel.cuh"
 #include "kernels/sm90/prefill_plan.cuh"
-#include "mqa_logits/errors.hpp"
 #include "problem.hpp"
 
 namespace mqa_logits::cuda_backend {
@@ -49,10 +46,6 @@ void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
 }  // namespace
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
-  if (problem.format != Format::kFP8) {
-    throw InvalidArgument("q", std::string("the CUDA backend runs the FP8 format; got ") +
-                                   format_name(problem.format));
-  }
   const DeviceGuard guard(problem.device.index);
   with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
     constexpr int kHeadDim = decltype(dim)::value, kNumHeads = decltype(heads)::value;
