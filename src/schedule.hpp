@@ -13,10 +13,11 @@
 // splits, at least one per group.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
-// of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups or blocks, fingerprint), the fingerprint a digest
-// of the number of groups and items (metadata_fingerprint) that tells metadata computed for
-// other lengths or windows from the call's. With I items in all, worker k gets items
-// [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at most one.
+// of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
+// or blocks, fingerprint), the fingerprint a digest of the number of groups and items
+// (metadata_fingerprint) that tells metadata computed for other lengths or windows from the
+// call's. With I items in all, worker k gets items [k * (I / W) + min(k, I % W), ...) —
+// contiguous segments whose sizes differ by at most one.
 // The kernels read row W's first column only.
 #pragma once
 
