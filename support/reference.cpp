@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <sstream>
 
+#include "src/cpu/kernel.hpp"
 #include "src/cpu/parallel.hpp"
 
 namespace mqa_logits::support {
@@ -13,103 +13,112 @@ namespace {
 
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-// One query head or key token in float64: its element values and its scales (one per MX block,
-// one per token for an FP8 key, none for an FP8 query or an unquantized vector).
-struct Vector {
-  std::vector<double> values;
-  std::vector<double> scales;
+// One key inside a row's window: the output column it lands in, where its stored codes and
+// 4-byte scale are, and its float values before quantization.
+struct WindowKey {
+  std::int64_t col;
+  const std::uint8_t* codes;
+  const void* scale;
+  const float* unquantized;
 };
 
-Vector decode_vector(Format format, const std::uint8_t* codes, const void* scale,
-                     std::int64_t head_dim) {
-  Vector v;
-  v.values.resize(head_dim);
-  for (std::int64_t d = 0; d < head_dim; ++d) {
-    v.values[d] = format == Format::kMXFP4 ? mxfp4_element(codes, d) : decode_e4m3(codes[d]);
-  }
-  if (scale == nullptr) return v;
-  if (format == Format::kFP8) {
-    float s = 0.0f;
-    std::memcpy(&s, scale, sizeof(s));
-    v.scales.push_back(s);
-    return v;
-  }
-  std::int32_t packed = 0;
-  std::memcpy(&packed, scale, sizeof(packed));
-  for (std::int64_t b = 0; b < head_dim / kMxBlock; ++b) {
-    v.scales.push_back(decode_ue8m0(packed_scale_byte(packed, static_cast<int>(b))));
-  }
-  return v;
-}
-
-Vector float_vector(const float* x, std::int64_t head_dim) {
-  return {std::vector<double>(x, x + head_dim), {}};
-}
-
-double dot(const Vector& q, const Vector& k, std::int64_t begin, std::int64_t end) {
-  double sum = 0.0;
-  for (std::int64_t d = begin; d < end; ++d) sum += q.values[d] * k.values[d];
-  return sum;
-}
-
-// The contract's s(i, h, j) for one query head and one key.
-double scaled_dot(Format format, Operands operands, const Vector& q, const Vector& k) {
-  const auto dim = static_cast<std::int64_t>(q.values.size());
-  if (operands == Operands::kUnquantized) return dot(q, k, 0, dim);
-  if (format == Format::kFP8) return k.scales[0] * dot(q, k, 0, dim);
-  double s = 0.0;
-  for (std::int64_t b = 0; b < dim / kMxBlock; ++b) {
-    s += q.scales[b] * k.scales[b] * dot(q, k, b * kMxBlock, (b + 1) * kMxBlock);
-  }
-  return s;
-}
-
-// One query row ready for the formula: its heads and their weights.
-struct QueryRow {
-  std::vector<Vector> heads;
-  std::vector<double> weights;
-};
-
-double logit(Format format, Operands operands, const QueryRow& row, const Vector& key) {
-  double sum = 0.0;
-  for (std::size_t h = 0; h < row.heads.size(); ++h) {
-    sum += row.weights[h] * std::max(scaled_dot(format, operands, row.heads[h], key), 0.0);
-  }
-  return sum;
-}
-
-double stored_weight(const void* data, DType dtype, std::int64_t index) {
-  if (dtype == DType::kBFloat16) return bf16_to_float(static_cast<const std::uint16_t*>(data)[index]);
-  return static_cast<const float*>(data)[index];
-}
-
-// Query row `row` of a workload whose q bytes, q scales and weights follow the contract's layouts.
-template <class Workload>
-QueryRow query_row(const Workload& w, std::int64_t row, std::int64_t weights_row_stride,
-                   std::int64_t token_bytes, Operands operands) {
+// Prefill row i sees keys max(start, 0) <= j < min(end, T), key j at column j, or at column
+// j - start when the output is compressed (then keys past its max_seqlen_k columns drop out).
+std::vector<WindowKey> window_keys(const PrefillWorkload& w, std::int64_t row) {
   const auto& spec = w.spec;
-  const std::int64_t h_count = spec.num_heads;
   const std::int64_t dim = spec.head_dim;
-  const auto* q = reinterpret_cast<const std::uint8_t*>(w.buffers[Workload::kQ].bytes.data());
-  const auto* q_scales = reinterpret_cast<const std::int32_t*>(w.buffers[Workload::kQScales].bytes.data());
-  const void* weights = w.buffers[Workload::kWeights].bytes.data();
-  QueryRow out;
-  for (std::int64_t h = 0; h < h_count; ++h) {
-    const std::int64_t vector = row * h_count + h;
-    if (operands == Operands::kUnquantized) {
-      out.heads.push_back(float_vector(w.q_float.data() + vector * dim, dim));
-      out.weights.push_back(w.weights_float[vector]);
-    } else {
-      const void* scale = spec.format == Format::kFP8 ? nullptr : q_scales + vector;
-      out.heads.push_back(decode_vector(spec.format, q + vector * token_bytes, scale, dim));
-      out.weights.push_back(stored_weight(weights, spec.weights_dtype, row * weights_row_stride + h));
+  const std::int64_t token_bytes = spec.format == Format::kMXFP4 ? dim / 2 : dim;
+  const auto* kv =
+      reinterpret_cast<const std::uint8_t*>(w.buffers[PrefillWorkload::kKv].bytes.data());
+  const std::byte* kv_scales = w.buffers[PrefillWorkload::kKvScales].bytes.data();
+  const std::int64_t start = w.k_start()[row];
+  const std::int64_t lo = std::max<std::int64_t>(start, 0);
+  const std::int64_t hi = std::min<std::int64_t>(w.k_end()[row], spec.seq_len_kv);
+  std::vector<WindowKey> keys;
+  for (std::int64_t col = 0; col < w.out_cols(); ++col) {
+    const std::int64_t j = spec.max_seqlen_k > 0 ? start + col : col;
+    if (j < lo || j >= hi) continue;
+    keys.push_back({col, kv + j * token_bytes, kv_scales + j * 4, w.kv_float.data() + j * dim});
+  }
+  return keys;
+}
+
+// Decode row r sees positions [0, its context length) through its block-table row, less those
+// in invalid blocks; position p is column p.
+std::vector<WindowKey> window_keys(const PagedWorkload& w, std::int64_t row) {
+  const auto& spec = w.spec;
+  const std::int64_t bkv = spec.block_kv;
+  const std::int64_t table_row = w.table_row(row);
+  if (table_row < 0 || table_row >= w.table_rows) return {};
+
+  // The clamping rules of src/problem.hpp: the output width and the block-table row's reach.
+  const std::int64_t length = std::min({std::max<std::int64_t>(w.context_length(row), 0),
+                                        w.max_context_len, w.max_blocks * bkv});
+  std::vector<WindowKey> keys;
+  for (std::int64_t p = 0; p < length; ++p) {
+    const std::int64_t block = w.block_table()[table_row * w.max_blocks + p / bkv];
+    if (block < 0 || block >= w.num_blocks) continue;
+    const std::int64_t slot = p % bkv;
+    const std::uint8_t* base = w.kv_cache() + block * w.block_stride_bytes;
+    keys.push_back({p, base + slot * w.token_bytes, base + bkv * w.token_bytes + slot * 4,
+                    w.kv_float.data() + (block * bkv + slot) * spec.head_dim});
+  }
+  return keys;
+}
+
+// The contract's second check: the formula on the float inputs before quantization, which have
+// no scales.
+template <class Workload>
+double unquantized_logit(const Workload& w, std::int64_t row, const float* key) {
+  const std::int64_t heads = w.spec.num_heads;
+  const std::int64_t dim = w.spec.head_dim;
+  double sum = 0.0;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* q = w.q_float.data() + (row * heads + h) * dim;
+    double dot = 0.0;
+    for (std::int64_t d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * key[d];
+    sum += w.weights_float[row * heads + h] * std::max(dot, 0.0);
+  }
+  return sum;
+}
+
+// Row `row` of a workload: -inf outside the window, and inside it the logits of the stored
+// operands from the CPU backend's float64 core, up to kKeyTile keys at a time (the lanes of a
+// tile are independent, so which keys share one does not change a result), or the unquantized
+// formula.
+template <class Workload>
+std::vector<double> row_logits(const Workload& w, std::int64_t row,
+                               std::int64_t weights_row_stride, std::int64_t cols,
+                               Operands operands) {
+  const std::vector<WindowKey> keys = window_keys(w, row);
+  std::vector<double> out(cols, kMinusInf);
+  if (operands == Operands::kUnquantized) {
+    for (const WindowKey& key : keys) out[key.col] = unquantized_logit(w, row, key.unquantized);
+    return out;
+  }
+  const auto& spec = w.spec;
+  const cpu::QueryLayout layout{
+      spec.format,
+      spec.num_heads,
+      spec.head_dim,
+      w.buffers[Workload::kQ].bytes.data(),
+      reinterpret_cast<const std::int32_t*>(w.buffers[Workload::kQScales].bytes.data()),
+      w.buffers[Workload::kWeights].bytes.data(),
+      spec.weights_dtype,
+      weights_row_stride};
+  cpu::QueryRow query(layout);
+  query.load(row);
+  cpu::KeyTile tile(spec.format, spec.head_dim);
+  double logits[cpu::kKeyTile];
+  for (std::size_t k0 = 0; k0 < keys.size(); k0 += cpu::kKeyTile) {
+    const std::size_t lanes = std::min<std::size_t>(cpu::kKeyTile, keys.size() - k0);
+    for (std::size_t k = 0; k < lanes; ++k) {
+      tile.load(static_cast<int>(k), keys[k0 + k].codes, keys[k0 + k].scale);
     }
+    tile.logits(query, logits);
+    for (std::size_t k = 0; k < lanes; ++k) out[keys[k0 + k].col] = logits[k];
   }
   return out;
-}
-
-std::int64_t token_bytes_of(Format format, std::int64_t head_dim) {
-  return format == Format::kMXFP4 ? head_dim / 2 : head_dim;
 }
 
 // ---- verification ------------------------------------------------------------------------------
@@ -199,54 +208,13 @@ double spec_tolerance(Format format, DType weights_dtype, DType logits_dtype, Op
 
 std::vector<double> reference_row(const PrefillWorkload& w, std::int64_t row, Operands operands) {
   const auto& spec = w.spec;
-  const std::int64_t dim = spec.head_dim;
-  const std::int64_t token_bytes = token_bytes_of(spec.format, dim);
-  const std::int64_t weights_stride =
+  const std::int64_t weights_row_stride =
       spec.weights_row_stride > 0 ? spec.weights_row_stride : spec.num_heads;
-  const QueryRow query = query_row(w, row, weights_stride, token_bytes, operands);
-  const auto* kv = reinterpret_cast<const std::uint8_t*>(w.buffers[PrefillWorkload::kKv].bytes.data());
-  const auto* kv_scales = w.buffers[PrefillWorkload::kKvScales].bytes.data();
-
-  const std::int64_t start = w.k_start()[row];
-  const std::int64_t lo = std::max<std::int64_t>(start, 0);
-  const std::int64_t hi = std::min<std::int64_t>(w.k_end()[row], spec.seq_len_kv);
-  std::vector<double> out(w.out_cols(), kMinusInf);
-  for (std::int64_t col = 0; col < w.out_cols(); ++col) {
-    const std::int64_t j = spec.max_seqlen_k > 0 ? start + col : col;
-    if (j < lo || j >= hi) continue;
-    const Vector key = operands == Operands::kUnquantized
-                           ? float_vector(w.kv_float.data() + j * dim, dim)
-                           : decode_vector(spec.format, kv + j * token_bytes, kv_scales + j * 4, dim);
-    out[col] = logit(spec.format, operands, query, key);
-  }
-  return out;
+  return row_logits(w, row, weights_row_stride, w.out_cols(), operands);
 }
 
 std::vector<double> reference_row(const PagedWorkload& w, std::int64_t row, Operands operands) {
-  const auto& spec = w.spec;
-  const std::int64_t dim = spec.head_dim;
-  const std::int64_t bkv = spec.block_kv;
-  std::vector<double> out(w.max_context_len, kMinusInf);
-  const std::int64_t table_row = w.table_row(row);
-  if (table_row < 0 || table_row >= w.table_rows) return out;
-
-  // The clamping rules of src/problem.hpp: the output width and the block-table row's reach.
-  const std::int64_t length = std::min({std::max<std::int64_t>(w.context_length(row), 0),
-                                        w.max_context_len, w.max_blocks * bkv});
-  const QueryRow query = query_row(w, row, spec.num_heads, w.token_bytes, operands);
-  for (std::int64_t p = 0; p < length; ++p) {
-    const std::int64_t block = w.block_table()[table_row * w.max_blocks + p / bkv];
-    if (block < 0 || block >= w.num_blocks) continue;
-    const std::int64_t slot = p % bkv;
-    const std::uint8_t* base = w.kv_cache() + block * w.block_stride_bytes;
-    const Vector key =
-        operands == Operands::kUnquantized
-            ? float_vector(w.kv_float.data() + (block * bkv + slot) * dim, dim)
-            : decode_vector(spec.format, base + slot * w.token_bytes,
-                            base + bkv * w.token_bytes + slot * 4, dim);
-    out[p] = logit(spec.format, operands, query, key);
-  }
-  return out;
+  return row_logits(w, row, w.spec.num_heads, w.max_context_len, operands);
 }
 
 VerifyResult verify_rows(const PrefillWorkload& workload, const void* logits,

@@ -1,8 +1,16 @@
-// The contract's formula evaluated directly in float64, and the contract's acceptance checks.
+// The expected logits of a workload's rows, and the contract's acceptance checks.
 //
-// This is an oracle independent of every backend: it reads the workload's bytes with the codecs
-// of formats.hpp and applies the contract's definitions literally (s inside the relu, scales
-// applied as written), one output row at a time.
+// The expected values of the stored (quantized) operands come from the CPU backend's float64
+// core (src/cpu/kernel.hpp), the library's one C++ oracle: src/cpu/cpu_backend.hpp documents its
+// arithmetic, and tests/test_cpu_backend.cpp anchors it to hand-derived values. What this file
+// adds is what is not the formula: which columns are inside each row's window, derived from the
+// workload's windows, context lengths and block table as the contract defines them (not by the
+// backend's planning, so comparing the backend with it still checks windows, clamping and
+// stores), and the checks. The Python tests keep an independent numpy formula
+// (tests/python/reference.py) on purpose: code the backend does not share checks the formula.
+//
+// The formula on the unquantized inputs is the contract's second check, not an oracle of the
+// stored values: it bounds how far quantization moves the logits.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +23,7 @@
 namespace mqa_logits::support {
 
 enum class Operands : std::uint8_t {
-  kQuantized,    // the stored values and scales (the contract's oracle)
+  kQuantized,    // the stored values and scales, through the CPU core (the contract's oracle)
   kUnquantized,  // the float inputs before quantization (the contract's second check)
 };
 const char* operands_name(Operands operands);

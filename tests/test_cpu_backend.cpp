@@ -1,11 +1,15 @@
-// The CPU reference backend against the float64 formula of support/reference over the whole
-// option matrix, on poisoned outputs, with guard bytes, at several thread counts.
+// The CPU reference backend over the whole option matrix, on poisoned outputs, with guard bytes,
+// at several thread counts, against support/reference: its windows (derived from the workload as
+// the contract defines them), clamping, compressed output and stores. The oracle's arithmetic is
+// this backend's own core, so the hand-derived logits of "the arithmetic anchor" below check it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -165,10 +169,10 @@ void expect_within_spec_of_unquantized(const Workload& w, const Output& out,
   EXPECT_TRUE(result.ok) << label << ": " << result.first_failure;
 }
 
-// The backend equals the formula on the stored values up to the final rounding (at most half an
-// ulp of the logits dtype, plus a few float64 roundings), writes nothing outside the windows
-// without clean_logits (as cpu_backend.hpp documents), and, on large enough samples, matches the
-// unquantized formula within the contract's tolerance.
+// The backend equals the oracle (its own core evaluated per row) up to the final rounding (at most
+// half an ulp of the logits dtype), writes nothing outside the windows without clean_logits (as
+// cpu_backend.hpp documents), and, on large enough samples, matches the unquantized formula
+// within the contract's tolerance.
 template <class Workload>
 void expect_matches_reference(const Workload& w, const Output& out, const std::string& label) {
   const bool bf16 = w.spec.logits_dtype == DType::kBFloat16;
@@ -659,6 +663,125 @@ TEST(CpuPaged, PublicApiMatchesBackend) {
   paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
                    w.max_context_len, w.logits_view(out.data()), in.options);
   EXPECT_EQ(out.bytes, run_paged(w, 2).bytes);
+}
+
+// ---- the arithmetic anchor ---------------------------------------------------------------------
+//
+// support::reference_row computes the logits of the stored operands with this backend's own
+// float64 core (the library's one C++ oracle), so the comparisons above check the windows,
+// clamping, compressed output, stores and threading, but no longer the arithmetic. These tests
+// anchor it: tiny calls through the public entry point against values derived by hand. The
+// Python tests keep an independent numpy formula on purpose (tests/python/reference.py).
+
+constexpr std::int64_t kTinyHeads = 8;  // the smallest head count the library accepts
+
+// e4m3 codes, and UE8M0 scale bytes (2^(code - 127)), of easy values.
+constexpr std::uint8_t kE4m3Zero = 0x00;
+constexpr std::uint8_t kE4m3One = 0x38;
+constexpr std::uint8_t kE4m3Two = 0x40;
+constexpr std::uint8_t kE4m3MinusOne = 0xb8;
+constexpr std::int32_t kUe8m0Half = 126;
+constexpr std::int32_t kUe8m0One = 127;
+constexpr std::int32_t kUe8m0Two = 128;
+
+// Packed UE8M0 scales of a two-block (D = 64) MX vector: block b in byte b.
+constexpr std::int32_t packed_scales(std::int32_t block0, std::int32_t block1) {
+  return block0 | block1 << 8;
+}
+
+// D codes: the first half `first`, the second half `second` (for MX at D = 64: one per block).
+std::vector<std::uint8_t> halves(std::int64_t head_dim, std::uint8_t first, std::uint8_t second) {
+  std::vector<std::uint8_t> codes(head_dim, first);
+  std::fill(codes.begin() + head_dim / 2, codes.end(), second);
+  return codes;
+}
+
+// One query row (S = 1) against keys 0 and 1 (T = 2): heads 0 and 1 as given; heads 2 to 7 have
+// zero queries with unit scales and weight 0.5, so they add 0.5 * relu(0) = 0.
+struct TinyPrefill {
+  Format format = Format::kFP8;  // FP8 or MXFP8
+  std::int64_t head_dim = 0;
+  std::array<std::vector<std::uint8_t>, 2> heads;  // e4m3 codes of query heads 0 and 1
+  std::array<std::int32_t, 2> head_scales{};       // their packed UE8M0 scales (MX)
+  std::array<float, 2> weights{};                  // of heads 0 and 1
+  std::array<std::vector<std::uint8_t>, 2> keys;   // e4m3 codes of keys 0 and 1
+  std::array<std::uint32_t, 2> key_scales{};       // fp32 bits (FP8) or packed UE8M0 (MX)
+};
+
+// The call's logits (fp32), through mqa_logits() on host tensors: the CPU backend.
+std::array<float, 2> tiny_prefill_logits(TinyPrefill p) {
+  const std::int64_t dim = p.head_dim;
+  std::vector<std::uint8_t> q(kTinyHeads * dim, kE4m3Zero);
+  std::vector<std::int32_t> q_scales(kTinyHeads, packed_scales(kUe8m0One, kUe8m0One));
+  std::vector<float> weights(kTinyHeads, 0.5f);
+  std::vector<std::uint8_t> kv;
+  for (std::size_t k = 0; k < 2; ++k) {
+    std::copy(p.heads[k].begin(), p.heads[k].end(), q.begin() + static_cast<std::int64_t>(k) * dim);
+    q_scales[k] = p.head_scales[k];
+    weights[k] = p.weights[k];
+    kv.insert(kv.end(), p.keys[k].begin(), p.keys[k].end());
+  }
+  const bool mx = p.format != Format::kFP8;
+  QuantizedTensor q_view{
+      TensorView::contiguous(q.data(), DType::kFloat8E4M3, {1, kTinyHeads, dim})};
+  if (mx) q_view.scales = TensorView::contiguous(q_scales.data(), DType::kInt32, {1, kTinyHeads});
+  const QuantizedTensor kv_view{
+      TensorView::contiguous(kv.data(), DType::kFloat8E4M3, {2, dim}),
+      TensorView::contiguous(p.key_scales.data(), mx ? DType::kInt32 : DType::kFloat32, {2})};
+  std::int32_t start = 0;
+  std::int32_t end = 2;
+  const OutputLayout layout = mqa_logits_output_layout(1, 2, 0, DType::kFloat32);
+  std::vector<float> out(layout.row_stride, std::numeric_limits<float>::quiet_NaN());
+  TensorView logits = TensorView::contiguous(out.data(), DType::kFloat32, {1, 2});
+  logits.strides[0] = layout.row_stride;
+  mqa_logits::mqa_logits(q_view, kv_view,
+                         TensorView::contiguous(weights.data(), DType::kFloat32, {1, kTinyHeads}),
+                         TensorView::contiguous(&start, DType::kInt32, {1}),
+                         TensorView::contiguous(&end, DType::kInt32, {1}), logits);
+  return {out[0], out[1]};
+}
+
+// Each case's logits as derived by hand in its comment.
+TEST(CpuArithmetic, LogitsAreTheHandDerivedValues) {
+  struct Case {
+    TinyPrefill call;
+    std::array<float, 2> logits;
+  };
+  const Case cases[] = {
+      // FP8, D = 32: s = kscale * q.k, the key scale applied per key.
+      //   q0 = 32 x 1             q1 = 16 x -1, 16 x 2        w = (0.25, -1)
+      //   k0 = 32 x 1, scale 0.5: q0.k0 = 32, q1.k0 = -16 + 32 = 16
+      //     s = (16, 8): logit = 0.25 * 16 - 1 * 8 = -4
+      //   k1 = 16 x 2, 16 x -1, scale 2: q0.k1 = 32 - 16 = 16, q1.k1 = -32 - 32 = -64
+      //     s = (32, -128): the relu drops head 1, logit = 0.25 * 32 = 8
+      {{.format = Format::kFP8,
+        .head_dim = 32,
+        .heads = {halves(32, kE4m3One, kE4m3One), halves(32, kE4m3MinusOne, kE4m3Two)},
+        .weights = {0.25f, -1.0f},
+        .keys = {halves(32, kE4m3One, kE4m3One), halves(32, kE4m3Two, kE4m3MinusOne)},
+        .key_scales = {std::bit_cast<std::uint32_t>(0.5f), std::bit_cast<std::uint32_t>(2.0f)}},
+       {-4.0f, 8.0f}},
+      // MXFP8, D = 64 (two blocks): s = the sum over blocks of qscale * kscale * block dot
+      // (written in that order below), the relu on the sum, not per block.
+      //   q0 = 64 x 1, scales (1, 2)      q1 = 32 x 1, 32 x -1, scales (2, 1)      w = (0.25, -1)
+      //   k0 = 64 x 1, scales (1, 0.5):
+      //     s0 = 1 * 1 * 32 + 2 * 0.5 * 32 = 64, s1 = 2 * 1 * 32 + 1 * 0.5 * -32 = 48
+      //     logit = 0.25 * 64 - 1 * 48 = -32
+      //   k1 = 32 x 1, 32 x 2, scales (1, 2):
+      //     s0 = 1 * 1 * 32 + 2 * 2 * 64 = 288, s1 = 2 * 1 * 32 + 1 * 2 * -64 = -64
+      //     logit = 0.25 * 288 = 72 (a relu per block would keep head 1's 64 of block 0: 8)
+      {{.format = Format::kMXFP8,
+        .head_dim = 64,
+        .heads = {halves(64, kE4m3One, kE4m3One), halves(64, kE4m3One, kE4m3MinusOne)},
+        .head_scales = {packed_scales(kUe8m0One, kUe8m0Two), packed_scales(kUe8m0Two, kUe8m0One)},
+        .weights = {0.25f, -1.0f},
+        .keys = {halves(64, kE4m3One, kE4m3One), halves(64, kE4m3One, kE4m3Two)},
+        .key_scales = {packed_scales(kUe8m0One, kUe8m0Half), packed_scales(kUe8m0One, kUe8m0Two)}},
+       {-32.0f, 72.0f}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(tiny_prefill_logits(c.call), c.logits) << format_name(c.call.format);
+  }
 }
 
 // double_to_bf16 rounds once: values just above a bf16 tie must round up although their float

@@ -1,6 +1,9 @@
-// CPU reference backend: the oracle of the GPU tests, and the backend for host tensors.
+// CPU reference backend: the backend for host tensors, and through its float64 core (kernel.hpp)
+// the library's one C++ oracle: support/reference.hpp computes the expected logits of the tests
+// (the GPU tests' too), the CLI and the benchmark with it.
 //
-// Arithmetic (documented because GPU tests compare against it), all in float64:
+// Arithmetic (documented because the GPU tests, the CLI and the benchmark check against it), all
+// in float64:
 // - The dot product of a query head with a key (MX: over one 32-element block) is exact: every
 //   e4m3 value is an integer multiple of 2^-9 below 2^9 and every e2m1 value a multiple of 1/2,
 //   so every partial sum fits in float64's 53 bits, whatever the summation order.

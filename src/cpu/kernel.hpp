@@ -1,5 +1,6 @@
-// The computational core shared by the CPU prefill and decode paths: query rows and tiles of
-// keys decoded to float64, the logits of one row against one tile, and the stores.
+// The computational core shared by the CPU prefill and decode paths and by the oracle of
+// support/reference.cpp: query rows and tiles of keys decoded to float64, the logits of one row
+// against one tile, and the stores.
 //
 // Why float64 is fast enough and exact here: every e4m3 value is an integer multiple of 2^-9
 // below 2^9, so a product of two is a multiple of 2^-18 below 2^18 and any sum of up to 2^16
