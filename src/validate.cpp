@@ -4,6 +4,7 @@
 #include <span>
 #include <string>
 
+#include "instances.hpp"
 #include "validate_checks.hpp"
 
 namespace mqa_logits {
@@ -27,12 +28,16 @@ void expect_memory(const Placement& placement, const std::optional<TensorView>& 
 
 std::string format_reason(Format format) { return std::string("q is ") + format_name(format); }
 
-// The CUDA backend runs the FP8 format; the MX formats run on the CPU.
+// The CUDA backend runs the formats of the instance table (FP8); the CPU backend runs them all.
 void expect_backend_format(const Placement& placement, Format format) {
-  if (placement.on_cuda() && format != Format::kFP8) {
-    checks::refuse("q", std::string("the CUDA backend runs the FP8 format; got ") +
-                            format_name(format));
+  if (!placement.on_cuda()) return;
+  std::string compiled;
+  for (const Format f : instances::kCudaFormats) {
+    if (f == format) return;
+    compiled += std::string(compiled.empty() ? "" : ", ") + format_name(f);
   }
+  checks::refuse("q", "the CUDA backend runs the formats {" + compiled + "}; got " +
+                          format_name(format));
 }
 
 // ---- operands shared by both operations ----

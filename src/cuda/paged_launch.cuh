@@ -83,16 +83,15 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
 template <int D, int H, int kMmaRows>
 void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   namespace paged = sm90::paged;
-  const int smem_optin = device_limits(problem.device.index).smem_optin;  // the current device
   // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
   constexpr std::uint32_t kAlignmentSlack = 1024;
-  const auto budget = static_cast<std::uint32_t>(smem_optin) - kAlignmentSlack;
-  const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, budget);
-  if (params.smem.stages < paged::kProducerWarps) {  // see paged_kernel.cuh, Pipeline
-    throw CudaError("paged_logits_kernel: " + std::to_string(smem_optin) +
-                    " bytes of shared memory per block are too few");
-  }
-
+  constexpr std::uint32_t kBudget = sm90::kCtaSharedOptinBytes - kAlignmentSlack;
+  // Every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline), whatever the weights.
+  constexpr auto stages_with = [](int weight_bytes) {
+    return paged::make_smem_layout(D, H, kMmaRows, weight_bytes, kBudget).stages;
+  };
+  static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps);
+  const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, kBudget);
   constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
   const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
   allow_all_dynamic_smem<kernel>(problem.device.index, "cudaFuncSetAttribute(paged_logits_kernel)");
@@ -104,11 +103,12 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
                       params);
 }
 
-// The instance of (D, H) for the call's groups: the MMA rows that mma_rows_for picks for its
-// group rows (each instance serves groups of up to its rows). The row counts compiled are those
-// mma_rows_for maps to themselves.
-template <int D, int H>
+// The instance of (format, D, H) for the call's groups: the MMA rows that mma_rows_for picks for
+// its group rows (each instance serves groups of up to its rows). The row counts compiled are
+// those mma_rows_for maps to themselves.
+template <Format kFormat, int D, int H>
 void launch_paged_group(const PagedProblem& problem, cudaStream_t stream) {
+  static_assert(kFormat == Format::kFP8, "the sm90 decode kernel reads FP8 queries and keys");
   namespace paged = sm90::paged;
   const int group_rows = problem.indices != nullptr ? paged::varlen_group_rows(H)
                                                     : static_cast<int>(problem.next_n);

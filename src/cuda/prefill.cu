@@ -1,6 +1,6 @@
-// CUDA prefill entry: picks the kernel instance for (head dim, heads), then with clean_logits the
-// -inf pass (kernels/prefill_clean_kernel.cuh). The dispatch code calls it only when there is an
-// output element to write.
+// CUDA prefill entry: picks the kernel instance for (format, head dim, heads), then with
+// clean_logits the -inf pass (kernels/prefill_clean_kernel.cuh). The dispatch code calls it only
+// when there is an output element to write.
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/dispatch.hpp"
@@ -11,7 +11,7 @@
 
 namespace mqa_logits::cuda_backend {
 
-template <int kHeadDim, int kNumHeads>
+template <Format kFormat, int kHeadDim, int kNumHeads>
 void launch_prefill(const PrefillProblem& problem, cudaStream_t stream);
 
 namespace {
@@ -47,11 +47,12 @@ void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   const DeviceGuard guard(problem.device.index);
-  with_instance(problem.head_dim, problem.num_heads, [&](auto dim, auto heads) {
+  with_instance(problem.format, problem.head_dim, problem.num_heads,
+                [&](auto format, auto dim, auto heads) {
     constexpr int kHeadDim = decltype(dim)::value, kNumHeads = decltype(heads)::value;
     static_assert(clean_fits_beside_logits<kHeadDim, kNumHeads>(),
                   "a clean_logits CTA fits beside a logits CTA");
-    launch_prefill<kHeadDim, kNumHeads>(problem, stream);
+    launch_prefill<decltype(format)::value, kHeadDim, kNumHeads>(problem, stream);
   });
   if (problem.clean_logits) launch_clean(problem, stream);
 }

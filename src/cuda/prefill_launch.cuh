@@ -32,8 +32,9 @@ inline CUtensorMap logits_tensor_map(const PrefillProblem& problem, std::uint32_
                             box_rows, box_columns, TmaSwizzle::kNone);
 }
 
-template <int kHeadDim, int kNumHeads>
+template <Format kFormat, int kHeadDim, int kNumHeads>
 void launch_prefill(const PrefillProblem& problem, cudaStream_t stream) {
+  static_assert(kFormat == Format::kFP8, "the sm90 prefill kernel reads FP8 queries and keys");
   using Tiling = sm90::PrefillTiling<kHeadDim, kNumHeads>;
   const std::int64_t keys = std::max<std::int64_t>(problem.seq_len_kv, 1);
   // With no keys nothing reads K: any valid address serves for its (unused) maps.

@@ -147,9 +147,9 @@ struct ChunkRows {
               kernels::logits_row(p.logits, p.logits_row_stride, g.first_row + r, p.logits_bf16));
           row[i].keys = g.row[r].keys;
           row[i].lo = g.row[r].tile_lo * kTileKeys;
-          std::int64_t end = min64(static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys,
+          std::int64_t end = std::min(static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys,
                                    p.max_context_len);
-          if (!p.clean_logits) end = min64(end, g.row[r].keys);
+          if (!p.clean_logits) end = std::min<std::int64_t>(end, g.row[r].keys);
           row[i].hi = static_cast<int>(end);
         }
       }

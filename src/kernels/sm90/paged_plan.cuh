@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda/cmath>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "schedule.hpp"
@@ -49,19 +51,6 @@ inline constexpr int kProducerWarps = kWarpsPerWarpgroup;
 inline constexpr int kCleanerWarps = kWarpsPerWarpgroup;
 inline constexpr std::int64_t kCleanChunkCols = 4096;         // columns per cleaning task
 
-// For a >= 0, without overflow near INT_MAX.
-__host__ __device__ constexpr int ceil_div_int(int a, int b) {
-  return a / b + (a % b != 0 ? 1 : 0);
-}
-__host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
-__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
-__host__ __device__ constexpr std::int64_t min64(std::int64_t a, std::int64_t b) {
-  return a < b ? a : b;
-}
-__host__ __device__ constexpr std::int64_t max64(std::int64_t a, std::int64_t b) {
-  return a > b ? a : b;
-}
-
 // ---- chunks: a group's rows times heads is the wgmma N side --------------------------------
 // A kernel instance is compiled for groups of up to `mma_rows` rows (its MMA shapes are constants:
 // a shape chosen at run time makes ptxas serialize the wgmma pipeline). Chunk c holds rows
@@ -70,16 +59,18 @@ __host__ __device__ constexpr std::int64_t max64(std::int64_t a, std::int64_t b)
 // H = 64 with more than 4 rows needs a second chunk.
 
 __host__ __device__ constexpr int chunk_rows(int heads) {
-  return min_int(kMaxGroupRows, kMaxMmaWidth / heads);
+  // Not std::min: it would bind a reference to kMaxGroupRows, which device code cannot address.
+  const int by_width = kMaxMmaWidth / heads;
+  return by_width < kMaxGroupRows ? by_width : kMaxGroupRows;
 }
 __host__ __device__ constexpr int chunk_count(int rows, int heads) {
-  return ceil_div_int(rows, chunk_rows(heads));
+  return cuda::ceil_div(rows, chunk_rows(heads));
 }
 __host__ __device__ constexpr int rows_in_chunk(int rows, int chunk, int heads) {
-  return min_int(chunk_rows(heads), rows - chunk * chunk_rows(heads));
+  return std::min(chunk_rows(heads), rows - chunk * chunk_rows(heads));
 }
 __host__ __device__ constexpr int chunk_width(int chunk_row_count, int heads) {
-  return ceil_div_int(chunk_row_count * heads, kWidthGranule) * kWidthGranule;
+  return cuda::ceil_div(chunk_row_count * heads, kWidthGranule) * kWidthGranule;
 }
 // (row, head) pairs of a q slot of an instance for `mma_rows` rows: the last chunk's end.
 __host__ __device__ constexpr int q_slot_pairs(int mma_rows, int heads) {
@@ -97,7 +88,7 @@ static_assert(chunk_rows(64) * 64 % kWidthGranule == 0);
 // widths, so that instances differ in their MMA shapes only.
 __host__ __device__ constexpr int mma_rows_for(int rows, int heads) {
   if (rows > chunk_rows(heads)) return rows;
-  return min_int(chunk_rows(heads), chunk_width(rows, heads) / heads);
+  return std::min(chunk_rows(heads), chunk_width(rows, heads) / heads);
 }
 static_assert(mma_rows_for(1, 64) == 1 && mma_rows_for(3, 32) == 4 && mma_rows_for(1, 16) == 4);
 static_assert(mma_rows_for(2, 8) == 8 && mma_rows_for(7, 64) == 7);
@@ -139,7 +130,7 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 // Rows of a varlen group: up to 4, as long as they fit one 128-column chunk, so that a group of
 // one row (no sharing to be had) still costs no more than the memory-bound minimum.
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
-  return min_int(kMaxVarlenGroupRows, 128 / heads);
+  return std::min(kMaxVarlenGroupRows, 128 / heads);
 }
 static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 3 &&
               math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 3 &&
@@ -197,8 +188,8 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
   // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % warpgroups
   // (paged_kernel.cuh, Pipeline).
-  const int most = min_int(kMaxStages, static_cast<int>(kMaxKeyBytesInFlight / s.tile_bytes));
-  s.stages = min_int(most, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
+  const int most = std::min(kMaxStages, static_cast<int>(kMaxKeyBytesInFlight / s.tile_bytes));
+  s.stages = std::min(most, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
   const auto stages = static_cast<std::uint32_t>(s.stages);
   s.q_offset = 0;
   s.tiles_offset = s.q_offset + kQSlots * s.q_slot_bytes;  // both multiples of 1024
@@ -260,7 +251,7 @@ __device__ __forceinline__ std::int64_t stored_row_length(const PagedParams& p, 
 // invalid varlen index, passed as table_valid).
 __device__ __forceinline__ int row_key_count(const PagedParams& p, std::int64_t length,
                                              bool table_valid) {
-  return table_valid ? static_cast<int>(min64(length, p.key_cap)) : 0;
+  return table_valid ? static_cast<int>(std::min(length, p.key_cap)) : 0;
 }
 
 // Keys of output row `row` (the cleaners' view of the same rule).
@@ -284,7 +275,7 @@ struct TileRange {
   __device__ __forceinline__ bool empty() const { return lo >= hi; }
   __device__ __forceinline__ void merge(const RowTiles& row) {
     if (row.tile_lo >= row.tile_hi) return;
-    lo = lo < hi ? min_int(lo, row.tile_lo) : row.tile_lo;
+    lo = lo < hi ? std::min(lo, row.tile_lo) : row.tile_lo;
     hi = row.tile_hi > hi ? row.tile_hi : hi;
   }
 };
@@ -334,7 +325,7 @@ struct Group {
     s.begin = begin;
     s.first_offset = a_lo - begin;
     if (one_range) {
-      s.end = begin + max_int(a_hi, b_lo < b_hi ? b_hi : a_hi) - a_lo;
+      s.end = begin + std::max(a_hi, b_lo < b_hi ? b_hi : a_hi) - a_lo;
       s.split = s.end;
     } else {
       s.split = begin + (a_hi - a_lo);
@@ -359,10 +350,10 @@ __device__ __forceinline__ Segment read_segment(const std::int32_t* meta, int wo
 // Tiles of a unit's row inside the segment: its items [ib, ie) cut at its key count.
 __device__ __forceinline__ RowTiles row_tiles(const Segment& seg, int unit, int unit_items,
                                               int keys) {
-  const int ib = unit == seg.g0 ? min_int(seg.i0, unit_items) : 0;
-  const int ie = unit == seg.g1 ? min_int(seg.i1, unit_items) : unit_items;
+  const int ib = unit == seg.g0 ? std::min(seg.i0, unit_items) : 0;
+  const int ie = unit == seg.g1 ? std::min(seg.i1, unit_items) : unit_items;
   const int lo = ib * kTilesPerItem;
-  const int hi = min_int(ie * kTilesPerItem, ceil_div_int(keys, kTileKeys));
+  const int hi = std::min(ie * kTilesPerItem, cuda::ceil_div(keys, kTileKeys));
   RowTiles r;
   r.keys = keys;
   if (lo < hi) {
@@ -384,7 +375,7 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
   // Row t's length as stored. The rows of a sequence share its unit; varlen rows are units of
   // their own, read before the indices that say which of them join this group (so that the two
   // reads overlap).
-  const int rows_to_read = varlen ? min_int(kRows, p.units - unit) : p.next_n;
+  const int rows_to_read = varlen ? std::min(kRows, p.units - unit) : p.next_n;
   int length[kRows];  // int32 lengths, clamped at 0
   int longest = 0;
 #pragma unroll
@@ -394,7 +385,7 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
       length[t] = static_cast<int>(varlen ? stored_row_length(p, unit + t, 0)
                                           : stored_row_length(p, unit, t));
     }
-    longest = max_int(longest, length[t]);
+    longest = std::max(longest, length[t]);
   }
   std::int64_t table_row = unit;
   if (!varlen) {
@@ -440,7 +431,7 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
 template <int kRows, bool kKeepRows, typename Fn>
 __device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
   const Segment seg = read_segment(p.schedule_meta, static_cast<int>(blockIdx.x));
-  const int unit_end = min_int(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
+  const int unit_end = std::min(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
   for (int unit = seg.g0; unit < unit_end;) {
     int next = unit + 1;
     const Group<kRows, kKeepRows> group =

@@ -141,8 +141,8 @@ __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int la
     const TileSlots tiles = g.slots(0);
     const int blocks_per_tile = tile_blocks(p.block_kv);
     const int first = tiles.tile(tiles.begin) * blocks_per_tile;
-    const int last = min_int((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
-                             ceil_div_int(g.key_limit, p.block_kv));
+    const int last = std::min((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
+                             cuda::ceil_div(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / sizeof(*g.table);
     for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
       prefetch_l2_evict_last(g.table + entry);
@@ -168,7 +168,7 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   constexpr int kLoaders = loading_warps(math_warpgroups(kMmaRows, H));
   constexpr int kWindowSlots = 32 * kLoaders;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int block_limit = static_cast<int>(min64(p.num_blocks, INT32_MAX));
+  const int block_limit = static_cast<int>(std::min<std::int64_t>(p.num_blocks, INT32_MAX));
   DealtRingPosition<kLoaders> turn(producer);
   RingPosition<kQSlots> q_ring;
   // The last loading warp warms L2 for the later groups once it has issued its tiles of the first
@@ -179,7 +179,7 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(group_begin);
-    const int entries = ceil_div_int(g.key_limit, kTileKeys / kBlocksPerTile);
+    const int entries = cuda::ceil_div(g.key_limit, kTileKeys / kBlocksPerTile);
     if (producer == 0) {
       s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
@@ -267,8 +267,8 @@ __device__ inline void run_cleaner(const PagedParams& p, int cleaner) {
     const std::int64_t part = task % per_row;
     const std::int64_t written =  // by the tiles' owners
         schedule::ceil_div(output_row_key_count(p, static_cast<int>(row)), kTileKeys) * kTileKeys;
-    const std::int64_t begin = max64(written, part * kCleanChunkCols);
-    const std::int64_t end = min64((part + 1) * kCleanChunkCols, p.max_context_len);
+    const std::int64_t begin = std::max(written, part * kCleanChunkCols);
+    const std::int64_t end = std::min((part + 1) * kCleanChunkCols, p.max_context_len);
     if (begin < end) {
       void* out = kernels::logits_row(p.logits, p.logits_row_stride, row, p.logits_bf16);
       kernels::fill_row_negative_infinity(out, p.logits_bf16, begin, end, lane, 32);

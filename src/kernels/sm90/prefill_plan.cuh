@@ -136,7 +136,8 @@ struct PrefillTiling {
       kQBuffers * kQBytes + kQBuffers * kBlockStateBytes + 8 * 3 * kQBuffers;
   static constexpr int kStageBytes = kKVBytes + kScaleBytes + kStagingBytes + 8 * 3;
   // Opt-in shared memory of a CTA, less the static prefill_segment.
-  static constexpr int kSmemLimit = 227 * 1024 - static_cast<int>(sizeof(prefill_segment));
+  static constexpr int kSmemLimit =
+      kCtaSharedOptinBytes - static_cast<int>(sizeof(prefill_segment));
   static constexpr int kStages = (kSmemLimit - kFixedBytes) / kStageBytes < 8
                                      ? (kSmemLimit - kFixedBytes) / kStageBytes
                                      : 8;

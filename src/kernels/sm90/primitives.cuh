@@ -99,6 +99,9 @@ __device__ __forceinline__ void bulk_wait() {
 inline constexpr int kSmRegisters = 65536;
 inline constexpr int kSmSharedBytes = 228 * 1024;
 inline constexpr int kCtaReservedSharedBytes = 1024;
+// The most shared memory one CTA may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin on every
+// sm_90 part): both kernels carve their shared memory from it at compile time.
+inline constexpr int kCtaSharedOptinBytes = kSmSharedBytes - kCtaReservedSharedBytes;
 
 // Registers per thread a CTA of `threads` threads (one CTA per SM) is launched with: 64K over the
 // threads, in steps of 8. setmaxnreg moves registers only within the CTA's pool of threads times
