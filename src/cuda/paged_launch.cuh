@@ -86,11 +86,11 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
   constexpr std::uint32_t kAlignmentSlack = 1024;
   constexpr std::uint32_t kBudget = sm90::kCtaSharedOptinBytes - kAlignmentSlack;
-  // Every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline), whatever the weights.
   constexpr auto stages_with = [](int weight_bytes) {
     return paged::make_smem_layout(D, H, kMmaRows, weight_bytes, kBudget).stages;
   };
-  static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps);
+  static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps,
+                "every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline)");
   const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, kBudget);
   constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
   const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);

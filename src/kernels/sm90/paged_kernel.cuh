@@ -78,6 +78,7 @@
 
 #include "kernels/sm90/paged_epilogue.cuh"
 #include "kernels/sm90/paged_plan.cuh"
+#include "kernels/sm90/paged_primitives.cuh"
 #include "kernels/sm90/paged_producer.cuh"
 #include "kernels/sm90/paged_shared_state.cuh"
 #include "kernels/sm90/primitives.cuh"

@@ -9,6 +9,7 @@
 
 #include "kernels/fill_row.cuh"
 #include "kernels/sm90/paged_plan.cuh"
+#include "kernels/sm90/paged_primitives.cuh"
 #include "kernels/sm90/paged_shared_state.cuh"
 #include "kernels/sm90/primitives.cuh"
 

@@ -161,38 +161,12 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-// ---- further building blocks (decode kernel) -------------------------------------------------
-
-// One member's turns in a ring of `stages` stages (a run-time value: the shared-memory carve-up is
-// decided at launch) whose slots are dealt round-robin over `Members` members: slot c of the
-// sequence goes to member c % Members and lives in stage c % stages, phase (c / stages) % 2.
-// Holds the member's next slot and its stage and phase, so that a member steps over only its own
-// slots. Needs Members <= stages.
-template <int Members>
-struct DealtRingPosition {
-  int next;
-  int stage;
-  std::uint32_t phase = 0;
-  __device__ __forceinline__ explicit DealtRingPosition(int member) : next(member), stage(member) {}
-  __device__ __forceinline__ void advance(int stages) {
-    next += Members;
-    stage += Members;
-    if (stage >= stages) {
-      stage -= stages;
-      phase ^= 1;
-    }
-  }
-};
+// ---- further building blocks ----------------------------------------------------------------
 
 // Hint: bring the kL2LineBytes-byte line holding `ptr` (global memory) into L2.
 inline constexpr int kL2LineBytes = 128;
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
-}
-// The same, the line kept in preference to others (evict_last): for small data needed only after
-// a stream of other traffic has passed through L2.
-__device__ __forceinline__ void prefetch_l2_evict_last(const void* ptr) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(ptr));
 }
 
 // Makes barrier initialization visible to the async proxy (TMA) before any use.
@@ -203,27 +177,6 @@ __device__ __forceinline__ void fence_barrier_init() {
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA, wgmma)
 // accesses of the same bytes.
 __device__ __forceinline__ void fence_async_proxy_shared() { ptx::fence_proxy_async(ptx::space_shared); }
-
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, std::int32_t x,
-                                            std::int32_t y, std::int32_t z, Barrier* bar) {
-  const std::int32_t coords[3] = {x, y, z};
-  ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, coords, &bar->word);
-}
-
-// Plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) that completes
-// transactions on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes,
-                                          Barrier* bar) {
-  ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, dst, src, bytes, &bar->word);
-}
-
-// 4-byte asynchronous copy global -> shared (any 4-byte aligned source), completed by
-// cp_async_wait_all() in the issuing thread.
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Byte offset at which TMA stores byte `offset` of a tile of `RowBytes`-byte rows under the
 // matching swizzle (the tile 1024-byte aligned): the 16-byte chunk index (bits 4..6) is XORed

@@ -1,0 +1,60 @@
+// Building blocks that only the decode kernel uses: its dealt stage ring, L2 prefetches that
+// keep a line, 3-D TMA and plain bulk loads, and 4-byte asynchronous copies. What both kernels
+// use is in primitives.cuh.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90/primitives.cuh"
+
+namespace mqa_logits::sm90 {
+
+// One member's turns in a ring of `stages` stages (a run-time value: the shared-memory carve-up is
+// decided at launch) whose slots are dealt round-robin over `Members` members: slot c of the
+// sequence goes to member c % Members and lives in stage c % stages, phase (c / stages) % 2.
+// Holds the member's next slot and its stage and phase, so that a member steps over only its own
+// slots. Needs Members <= stages.
+template <int Members>
+struct DealtRingPosition {
+  int next;
+  int stage;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ explicit DealtRingPosition(int member) : next(member), stage(member) {}
+  __device__ __forceinline__ void advance(int stages) {
+    next += Members;
+    stage += Members;
+    if (stage >= stages) {
+      stage -= stages;
+      phase ^= 1;
+    }
+  }
+};
+
+// Hint: bring the line holding `ptr` into L2 and keep it in preference to others (evict_last):
+// for small data needed only after a stream of other traffic has passed through L2.
+__device__ __forceinline__ void prefetch_l2_evict_last(const void* ptr) {
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(ptr));
+}
+
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, std::int32_t x,
+                                            std::int32_t y, std::int32_t z, Barrier* bar) {
+  const std::int32_t coords[3] = {x, y, z};
+  ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, coords, &bar->word);
+}
+
+// Plain bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) that completes
+// transactions on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint32_t bytes,
+                                          Barrier* bar) {
+  ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, dst, src, bytes, &bar->word);
+}
+
+// 4-byte asynchronous copy global -> shared (any 4-byte aligned source), completed by
+// cp_async_wait_all() in the issuing thread.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+}  // namespace mqa_logits::sm90
