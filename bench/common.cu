@@ -1,6 +1,7 @@
 #include "common.hpp"
 
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -107,6 +108,46 @@ double fp8_gemm_tflops() {
   return 2.0 * kSize * kSize * double{kSize} / (t.median_us * 1e-6) / 1e12;
 }
 
+// The SM clock of the benchmark's device, read through NVML, which is loaded at run time so that
+// the benchmark needs no more than the driver: 0 where NVML is missing or fails.
+class SmClock {
+ public:
+  SmClock() {
+    void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (nvml == nullptr) return;
+    using Init = int (*)();
+    using ByBusId = int (*)(const char*, void**);
+    const auto init = reinterpret_cast<Init>(dlsym(nvml, "nvmlInit_v2"));
+    const auto by_bus_id =
+        reinterpret_cast<ByBusId>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_info_ = reinterpret_cast<ClockInfo>(dlsym(nvml, "nvmlDeviceGetClockInfo"));
+    int cuda_device = 0;
+    char bus_id[32] = {};
+    if (init == nullptr || by_bus_id == nullptr || clock_info_ == nullptr ||
+        cudaGetDevice(&cuda_device) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda_device) != cudaSuccess ||
+        init() != 0 || by_bus_id(bus_id, &device_) != 0) {
+      clock_info_ = nullptr;
+    }
+  }
+  double mhz() const {
+    constexpr int kNvmlClockSm = 1;
+    unsigned value = 0;
+    return clock_info_ != nullptr && clock_info_(device_, kNvmlClockSm, &value) == 0 ? value : 0.0;
+  }
+
+ private:
+  using ClockInfo = int (*)(void*, int, unsigned*);
+  ClockInfo clock_info_ = nullptr;
+  void* device_ = nullptr;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
 std::string json_value(const Record::Value& value) {
   std::ostringstream out;
   std::visit([&](const auto& v) {
@@ -159,16 +200,27 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
     check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   }
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  std::vector<double> per_call;
-  for (int i = 0; i < samples; ++i) per_call.push_back(replay_ms() * 1000.0 / calls);
+  static const SmClock sm_clock;
+  std::vector<double> per_call, clock_mhz;
+  for (int i = 0; i < samples; ++i) {
+    per_call.push_back(replay_ms() * 1000.0 / calls);
+    clock_mhz.push_back(sm_clock.mhz());
+  }
   cudaEventDestroy(begin);
   cudaEventDestroy(end);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
-  std::sort(per_call.begin(), per_call.end());
-  const auto at = [&](double q) { return per_call[static_cast<std::size_t>(q * (per_call.size() - 1))]; };
-  return {at(0.5), at(0.1), at(0.9)};
+  std::vector<double> sorted = per_call;
+  std::sort(sorted.begin(), sorted.end());
+  const auto at = [&](double q) {
+    return sorted[static_cast<std::size_t>(q * (sorted.size() - 1))];
+  };
+  std::vector<double> fast_mhz, slow_mhz;
+  for (int i = 0; i < samples; ++i) {
+    (per_call[i] <= at(0.5) ? fast_mhz : slow_mhz).push_back(clock_mhz[i]);
+  }
+  return {at(0.5), at(0.1), at(0.9), median(fast_mhz), median(slow_mhz)};
 }
 
 DeviceArena::DeviceArena(const std::vector<support::HostBuffer>& buffers, std::size_t logits_bytes)
@@ -220,6 +272,14 @@ std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes
           "cudaMemcpy logits row");
   }
   return host;
+}
+
+Record& Record::set_timing(const Timing& t) {
+  return set("median_us", t.median_us)
+      .set("p10_us", t.p10_us)
+      .set("p90_us", t.p90_us)
+      .set("fast_half_sm_mhz", t.fast_half_sm_mhz)
+      .set("slow_half_sm_mhz", t.slow_half_sm_mhz);
 }
 
 Record& Record::set(const std::string& key, Value value) {

@@ -29,6 +29,11 @@ struct Timing {
   double median_us = 0;
   double p10_us = 0;
   double p90_us = 0;
+  // The SM clock that NVML reports after each replay, as medians over the replays at or below the
+  // median time and over those above it (0 without NVML). Replays of two speeds at one clock are
+  // the kernel's own doing; at two clocks, the GPU's clock management picks the mode.
+  double fast_half_sm_mhz = 0;
+  double slow_half_sm_mhz = 0;
 };
 
 // Captures `calls` invocations of `enqueue(stream)` into one CUDA graph, warms it up, then
@@ -71,6 +76,7 @@ class Record {
  public:
   using Value = std::variant<double, std::int64_t, std::string, bool>;
   Record& set(const std::string& key, Value value);
+  Record& set_timing(const Timing& t);  // the times (us) and the clocks (MHz) of `t`
   std::string json() const;
   const Value& at(const std::string& key) const;
 
