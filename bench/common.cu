@@ -218,7 +218,8 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   };
   std::vector<double> fast_mhz, slow_mhz;
   for (int i = 0; i < samples; ++i) {
-    (per_call[i] <= at(0.5) ? fast_mhz : slow_mhz).push_back(clock_mhz[i]);
+    if (per_call[i] <= at(0.1)) fast_mhz.push_back(clock_mhz[i]);
+    if (per_call[i] >= at(0.9)) slow_mhz.push_back(clock_mhz[i]);
   }
   return {at(0.5), at(0.1), at(0.9), median(fast_mhz), median(slow_mhz)};
 }
@@ -278,8 +279,8 @@ Record& Record::set_timing(const Timing& t) {
   return set("median_us", t.median_us)
       .set("p10_us", t.p10_us)
       .set("p90_us", t.p90_us)
-      .set("fast_half_sm_mhz", t.fast_half_sm_mhz)
-      .set("slow_half_sm_mhz", t.slow_half_sm_mhz);
+      .set("sm_mhz_at_p10", t.sm_mhz_at_p10)
+      .set("sm_mhz_at_p90", t.sm_mhz_at_p90);
 }
 
 Record& Record::set(const std::string& key, Value value) {

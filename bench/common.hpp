@@ -30,10 +30,10 @@ struct Timing {
   double p10_us = 0;
   double p90_us = 0;
   // The SM clock that NVML reports after each replay, as medians over the replays at or below the
-  // median time and over those above it (0 without NVML). Replays of two speeds at one clock are
-  // the kernel's own doing; at two clocks, the GPU's clock management picks the mode.
-  double fast_half_sm_mhz = 0;
-  double slow_half_sm_mhz = 0;
+  // p10 time and over those at or above the p90 time (0 without NVML). Replays of two speeds at
+  // one clock are the kernel's own doing; at two clocks, the GPU's clock management picks them.
+  double sm_mhz_at_p10 = 0;
+  double sm_mhz_at_p90 = 0;
 };
 
 // Captures `calls` invocations of `enqueue(stream)` into one CUDA graph, warms it up, then
