@@ -29,11 +29,10 @@ struct Timing {
   double median_us = 0;
   double p10_us = 0;
   double p90_us = 0;
-  // The SM clock that NVML reports after each replay, as medians over the replays at or below the
-  // p10 time and over those at or above the p90 time (0 without NVML). Replays of two speeds at
-  // one clock are the kernel's own doing; at two clocks, the GPU's clock management picks them.
-  double sm_mhz_at_p10 = 0;
-  double sm_mhz_at_p90 = 0;
+  // What NVML reported after each replay (0 without NVML): the median SM clock, and the share of
+  // replays after which the software power cap was holding the clock down.
+  double sm_mhz = 0;
+  double power_capped = 0;
 };
 
 // Captures `calls` invocations of `enqueue(stream)` into one CUDA graph, warms it up, then
