@@ -205,8 +205,8 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   // engine runs at. The clock falls while the host prepares a case and takes milliseconds to rise
   // again (without a warm-up, the first microsecond-scale case of a run measured ~20% slow); and
   // under a heavy call the power cap lowers it 20-60 ms into the load: samples that straddled that
-  // step made the heaviest rows look bimodal (docs/perf-notes.md, "The SM clock of the bimodal
-  // rows"). The warm-up outlasts the step, so the samples measure the sustained rate.
+  // step made the heaviest rows look bimodal (docs/perf-notes.md, "Bimodal replays: the power
+  // cap's step"). The warm-up outlasts the step, so the samples measure the sustained rate.
   constexpr float kWarmUpMs = 200.0f;
   const int warm_launches =
       std::min(10000, static_cast<int>(kWarmUpMs / std::max(replay_ms(), 1e-3f)));
