@@ -124,6 +124,10 @@ class ClockReader {
         reinterpret_cast<ByBusId>(dlsym(nvml, "nvmlDeviceGetHandleByPciBusId_v2"));
     clock_info_ = reinterpret_cast<ClockInfo>(dlsym(nvml, "nvmlDeviceGetClockInfo"));
     reasons_ = reinterpret_cast<Reasons>(dlsym(nvml, "nvmlDeviceGetCurrentClocksEventReasons"));
+    if (reasons_ == nullptr) {  // its name before driver R535
+      reasons_ =
+          reinterpret_cast<Reasons>(dlsym(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    }
     int cuda_device = 0;
     char bus_id[32] = {};
     if (init == nullptr || by_bus_id == nullptr || clock_info_ == nullptr || reasons_ == nullptr ||
@@ -207,6 +211,7 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   // under a heavy call the power cap lowers it 20-60 ms into the load: samples that straddled that
   // step made the heaviest rows look bimodal (docs/perf-notes.md, "Bimodal replays: the power
   // cap's step"). The warm-up outlasts the step, so the samples measure the sustained rate.
+  // (Replays under 20 us stop at 10000 launches: such calls do not draw the power of the cap.)
   constexpr float kWarmUpMs = 200.0f;
   const int warm_launches =
       std::min(10000, static_cast<int>(kWarmUpMs / std::max(replay_ms(), 1e-3f)));
@@ -227,10 +232,9 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
-  std::vector<double> sorted = per_call;
-  std::sort(sorted.begin(), sorted.end());
+  std::sort(per_call.begin(), per_call.end());
   const auto at = [&](double q) {
-    return sorted[static_cast<std::size_t>(q * (sorted.size() - 1))];
+    return per_call[static_cast<std::size_t>(q * (per_call.size() - 1))];
   };
   const double capped_share = static_cast<double>(power_capped) / samples;
   return {at(0.5), at(0.1), at(0.9), median(clock_mhz), capped_share};

@@ -689,29 +689,40 @@ constexpr std::int32_t packed_scales(std::int32_t block0, std::int32_t block1) {
   return block0 | block1 << 8;
 }
 
-// D codes: the first half `first`, the second half `second` (for MX at D = 64: one per block).
-std::vector<std::uint8_t> halves(std::int64_t head_dim, std::uint8_t first, std::uint8_t second) {
-  std::vector<std::uint8_t> codes(head_dim, first);
-  std::fill(codes.begin() + head_dim / 2, codes.end(), second);
+// `count` codes: the first half `first`, the second half `second` (for MX at D = 64: one per
+// block).
+std::vector<std::uint8_t> halves(std::int64_t count, std::uint8_t first, std::uint8_t second) {
+  std::vector<std::uint8_t> codes(count, first);
+  std::fill(codes.begin() + count / 2, codes.end(), second);
   return codes;
 }
+
+// e2m1 pairs, one byte each (element 2k in the low nibble): both 1.0, both 2.0, both -1.0, and
+// 1.0 below 3.0 or 6.0.
+constexpr std::uint8_t kE2m1Ones = 0x22;
+constexpr std::uint8_t kE2m1Twos = 0x44;
+constexpr std::uint8_t kE2m1MinusOnes = 0xaa;
+constexpr std::uint8_t kE2m1OneThree = 0x52;
+constexpr std::uint8_t kE2m1OneSix = 0x72;
 
 // One query row (S = 1) against keys 0 and 1 (T = 2): heads 0 and 1 as given; heads 2 to 7 have
 // zero queries with unit scales and weight 0.5, so they add 0.5 * relu(0) = 0.
 struct TinyPrefill {
-  Format format = Format::kFP8;  // FP8 or MXFP8
+  Format format = Format::kFP8;
   std::int64_t head_dim = 0;
-  std::array<std::vector<std::uint8_t>, 2> heads;  // e4m3 codes of query heads 0 and 1
+  std::array<std::vector<std::uint8_t>, 2> heads;  // stored codes of query heads 0 and 1
   std::array<std::int32_t, 2> head_scales{};       // their packed UE8M0 scales (MX)
   std::array<float, 2> weights{};                  // of heads 0 and 1
-  std::array<std::vector<std::uint8_t>, 2> keys;   // e4m3 codes of keys 0 and 1
+  std::array<std::vector<std::uint8_t>, 2> keys;   // stored codes of keys 0 and 1
   std::array<std::uint32_t, 2> key_scales{};       // fp32 bits (FP8) or packed UE8M0 (MX)
 };
 
 // The call's logits (fp32), through mqa_logits() on host tensors: the CPU backend.
 std::array<float, 2> tiny_prefill_logits(TinyPrefill p) {
-  const std::int64_t dim = p.head_dim;
-  std::vector<std::uint8_t> q(kTinyHeads * dim, kE4m3Zero);
+  const bool fp4 = p.format == Format::kMXFP4;
+  const std::int64_t dim = fp4 ? p.head_dim / 2 : p.head_dim;  // stored bytes a vector
+  const DType codes = fp4 ? DType::kUInt8 : DType::kFloat8E4M3;
+  std::vector<std::uint8_t> q(kTinyHeads * dim, kE4m3Zero);  // zero in e2m1 too
   std::vector<std::int32_t> q_scales(kTinyHeads, packed_scales(kUe8m0One, kUe8m0One));
   std::vector<float> weights(kTinyHeads, 0.5f);
   std::vector<std::uint8_t> kv;
@@ -723,10 +734,10 @@ std::array<float, 2> tiny_prefill_logits(TinyPrefill p) {
   }
   const bool mx = p.format != Format::kFP8;
   QuantizedTensor q_view{
-      TensorView::contiguous(q.data(), DType::kFloat8E4M3, {1, kTinyHeads, dim})};
+      TensorView::contiguous(q.data(), codes, {1, kTinyHeads, dim})};
   if (mx) q_view.scales = TensorView::contiguous(q_scales.data(), DType::kInt32, {1, kTinyHeads});
   const QuantizedTensor kv_view{
-      TensorView::contiguous(kv.data(), DType::kFloat8E4M3, {2, dim}),
+      TensorView::contiguous(kv.data(), codes, {2, dim}),
       TensorView::contiguous(p.key_scales.data(), mx ? DType::kInt32 : DType::kFloat32, {2})};
   std::int32_t start = 0;
   std::int32_t end = 2;
@@ -778,6 +789,23 @@ TEST(CpuArithmetic, LogitsAreTheHandDerivedValues) {
         .keys = {halves(64, kE4m3One, kE4m3One), halves(64, kE4m3One, kE4m3Two)},
         .key_scales = {packed_scales(kUe8m0One, kUe8m0Half), packed_scales(kUe8m0One, kUe8m0Two)}},
        {-32.0f, 72.0f}},
+      // MXFP4, D = 64 (two blocks of 16 bytes), e2m1 values decoded from their nibbles:
+      //   q0 = 32 x 1 | 16 x (1, 3), scales (1, 1)    q1 = 32 x -1 | 32 x 2, scales (2, 0.5)
+      //   w = (0.25, -1)
+      //   k0 = 32 x 1 | 16 x (1, 6), scales (1, 1):
+      //     s0 = 32 + (16 * 1 + 16 * 18) = 336, s1 = 2 * -32 + 0.5 * (16 * 2 + 16 * 12) = 48
+      //     logit = 0.25 * 336 - 1 * 48 = 36
+      //   k1 = 32 x 2 | 32 x 2, scales (0.5, 2):
+      //     s0 = 0.5 * 64 + 2 * (16 * 2 + 16 * 6) = 288, s1 = 2 * 0.5 * -64 + 0.5 * 2 * 128 = 64
+      //     logit = 0.25 * 288 - 1 * 64 = 8
+      {{.format = Format::kMXFP4,
+        .head_dim = 64,
+        .heads = {halves(32, kE2m1Ones, kE2m1OneThree), halves(32, kE2m1MinusOnes, kE2m1Twos)},
+        .head_scales = {packed_scales(kUe8m0One, kUe8m0One), packed_scales(kUe8m0Two, kUe8m0Half)},
+        .weights = {0.25f, -1.0f},
+        .keys = {halves(32, kE2m1Ones, kE2m1OneSix), halves(32, kE2m1Twos, kE2m1Twos)},
+        .key_scales = {packed_scales(kUe8m0One, kUe8m0One), packed_scales(kUe8m0Half, kUe8m0Two)}},
+       {36.0f, 8.0f}},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(tiny_prefill_logits(c.call), c.logits) << format_name(c.call.format);

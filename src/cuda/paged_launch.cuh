@@ -1,6 +1,6 @@
-// Launch of the sm90 decode kernel for one (head dim, heads, MMA rows) instance, and the pick of
-// the MMA rows for a call. Included by the generated instance files (one per (head dim, heads):
-// src/kernels/sm90/paged_instance.cu.in), so the instances compile in parallel.
+// Launch of the sm90 decode kernel for one (format, head dim, heads, MMA rows) instance, and the
+// pick of the MMA rows for a call. Included by the generated instance files (one per (format,
+// head dim, heads): src/kernels/sm90/paged_instance.cu.in), so the instances compile in parallel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,6 @@
 #include <string>
 #include <utility>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tensor_map.hpp"
 #include "kernels/sm90/paged_kernel.cuh"

@@ -47,13 +47,13 @@ void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream) {
   const DeviceGuard guard(problem.device.index);
-  with_instance(problem.format, problem.head_dim, problem.num_heads,
-                [&](auto format, auto dim, auto heads) {
+  const auto launch = [&](auto format, auto dim, auto heads) {
     constexpr int kHeadDim = decltype(dim)::value, kNumHeads = decltype(heads)::value;
     static_assert(clean_fits_beside_logits<kHeadDim, kNumHeads>(),
                   "a clean_logits CTA fits beside a logits CTA");
     launch_prefill<decltype(format)::value, kHeadDim, kNumHeads>(problem, stream);
-  });
+  };
+  with_instance(problem.format, problem.head_dim, problem.num_heads, launch);
   if (problem.clean_logits) launch_clean(problem, stream);
 }
 

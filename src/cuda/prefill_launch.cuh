@@ -1,6 +1,6 @@
-// Launch of the sm90 prefill kernel for one (head dim, heads) instance. Included by the generated
-// instance files (one per pair: src/kernels/sm90/prefill_instance.cu.in), so the instances
-// compile in parallel.
+// Launch of the sm90 prefill kernel for one (format, head dim, heads) instance. Included by the
+// generated instance files (one per triple: src/kernels/sm90/prefill_instance.cu.in), so the
+// instances compile in parallel.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -148,7 +149,7 @@ struct ChunkRows {
           row[i].keys = g.row[r].keys;
           row[i].lo = g.row[r].tile_lo * kTileKeys;
           std::int64_t end = std::min(static_cast<std::int64_t>(g.row[r].tile_hi) * kTileKeys,
-                                   p.max_context_len);
+                                      p.max_context_len);
           if (!p.clean_logits) end = std::min<std::int64_t>(end, g.row[r].keys);
           row[i].hi = static_cast<int>(end);
         }

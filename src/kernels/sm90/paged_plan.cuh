@@ -130,7 +130,8 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 // Rows of a varlen group: up to 4, as long as they fit one 128-column chunk, so that a group of
 // one row (no sharing to be had) still costs no more than the memory-bound minimum.
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
-  return std::min(kMaxVarlenGroupRows, 128 / heads);
+  const int by_width = 128 / heads;  // not std::min, for the reason chunk_rows gives
+  return by_width < kMaxVarlenGroupRows ? by_width : kMaxVarlenGroupRows;
 }
 static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 3 &&
               math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 3 &&

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda/cmath>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/fill_row.cuh"
@@ -143,7 +145,7 @@ __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int la
     const int blocks_per_tile = tile_blocks(p.block_kv);
     const int first = tiles.tile(tiles.begin) * blocks_per_tile;
     const int last = std::min((tiles.tile(tiles.end - 1) + 1) * blocks_per_tile,
-                             cuda::ceil_div(g.key_limit, p.block_kv));
+                              cuda::ceil_div(g.key_limit, p.block_kv));
     constexpr int kEntriesPerLine = kLine / sizeof(*g.table);
     for (int entry = first + lane * kEntriesPerLine; entry < last; entry += 32 * kEntriesPerLine) {
       prefetch_l2_evict_last(g.table + entry);
