@@ -123,6 +123,17 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
       constexpr bool kFold = decltype(fold)::value;
       constexpr int kMmaN = kFold ? T::kMmaN : T::kGroupN;
       float acc[kMmaN / 2];
+      // Full output: the key windows of the lane's outputs in registers for all the block's
+      // tiles (output i is query (4 i + lane % 4) % kGroupQ, one of kLaneQueries). Read per tile
+      // they waited behind the MMAs' operand reads (docs/perf-notes.md, "What holds the fold
+      // back"). Compressed output reads them per tile with their rotation: in registers as well,
+      // its loops spilled.
+      int2 lane_windows[T::kLaneQueries];  // lo, hi
+#pragma unroll
+      for (int k = 0; k < T::kLaneQueries; ++k) {
+        const int4 window = group_windows[(4 * k + lane % 4) % T::kGroupQ];
+        lane_windows[k] = make_int2(window.x, window.y);
+      }
       // Register allocation, measured (docs/perf-notes.md): the H = 64 bf16 loop steps its
       // ring position as a tile count c (stage c % kStages, phase (c / kStages) % 2), with which
       // ptxas spills one value fewer a tile around the MMA there (and lays out the fp32 loop
@@ -192,7 +203,9 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
           // Output p = 4i + lane % 4 is (key row r, query q) = divmod(p, kGroupQ).
           const int r = (4 * i + lane % 4) / T::kGroupQ;
           const int q = (4 * i + lane % 4) % T::kGroupQ;
-          const int4 window = group_windows[q];  // lo, hi, rotation
+          const int4 window = compressed ? group_windows[q]  // lo, hi, rotation
+                                         : make_int4(lane_windows[i % T::kLaneQueries].x,
+                                                     lane_windows[i % T::kLaneQueries].y, 0, 0);
           const int column = half_row + 8 * r;  // of the tile
           const int key = tile_key0 + column;
           const float v = key >= window.x && key < window.y ? sums[i] * (r ? kscale1 : kscale0)
