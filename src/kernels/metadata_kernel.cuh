@@ -49,6 +49,36 @@ struct PrefillUnits {
   }
 };
 
+inline constexpr int kMaxLensCols = 8;  // next_n <= 8 (validate)
+
+// The longest of the `cols` (1 to kMaxLensCols) lengths at `row`, read kWidth lengths a load:
+// every load is issued before the first is used (one round trip to memory whatever next_n), and
+// with kWidth = 4 a warp's lanes touch each 32-byte sector of their rows once, not next_n times
+// (docs/perf-notes.md, "Decode metadata: the lengths in one round of wide loads"). `row` is
+// kWidth * 4-byte aligned and cols a multiple of kWidth. Equals schedule::paged_unit_length of
+// 2-D lengths, negative lengths counting as 0.
+template <int kWidth>
+__device__ std::int64_t longest_length(const std::int32_t* row, int cols) {
+  struct alignas(kWidth * sizeof(std::int32_t)) Load {
+    std::int32_t lens[kWidth];
+  };
+  const auto* loads = reinterpret_cast<const Load*>(row);
+  Load values[kMaxLensCols / kWidth];
+#pragma unroll
+  for (int i = 0; i < kMaxLensCols / kWidth; ++i) {
+    if (i * kWidth < cols) values[i] = loads[i];
+  }
+  std::int32_t longest = 0;
+#pragma unroll
+  for (int i = 0; i < kMaxLensCols / kWidth; ++i) {
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      if (i * kWidth < cols && values[i].lens[j] > longest) longest = values[i].lens[j];
+    }
+  }
+  return longest;
+}
+
 // Decode: unit b is sequence b (varlen: row b), split by its longest row.
 struct PagedUnits {
   const std::int32_t* context_lens;
@@ -58,8 +88,17 @@ struct PagedUnits {
 
   __device__ std::int64_t count() const { return batch; }
   __device__ std::int64_t items(std::int64_t unit) const {
-    return schedule::paged_group_items(
-        schedule::paged_unit_length(context_lens, lens_2d, lens_cols, unit));
+    return schedule::paged_group_items(length(unit));
+  }
+  // The widest loads the lengths' placement allows (longest_length).
+  __device__ std::int64_t length(std::int64_t unit) const {
+    if (!lens_2d) return schedule::paged_unit_length(context_lens, false, 1, unit);
+    const int cols = static_cast<int>(lens_cols);
+    const std::int32_t* row = context_lens + unit * lens_cols;
+    const auto address = reinterpret_cast<std::uintptr_t>(context_lens);
+    if (cols % 4 == 0 && address % 16 == 0) return longest_length<4>(row, cols);
+    if (cols % 2 == 0 && address % 8 == 0) return longest_length<2>(row, cols);
+    return longest_length<1>(row, cols);
   }
 };
 
