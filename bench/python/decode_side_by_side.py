@@ -6,7 +6,7 @@ Each cell builds its inputs once (H = 64, D = 128, FP8 e4m3, contexts uniform in
 logits, no clean_logits: the reference refuses clean with 2-D lengths), computes each
 implementation's schedule metadata outside the timing, and checks that both write the same
 logits (the contract's diff over in-window elements, below AGREEMENT) before timing them; a cell
-where they disagree is marked and the exit status is 1. Timing: CUDA graphs of
+where they disagree is marked and the exit status is 1. Timing (timing.py): CUDA graphs of
 CALLS calls, replayed back to back for WARM_MS, then SAMPLES replays; the implementations
 alternate A, B, A, B, and each one's median and p10-p90 are taken over the samples of both its
 rounds (each round's median is printed too). The floor is max(bytes / copy bandwidth, FLOPs /
@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import statistics
 
 import torch
 
 import mqa_logits
+from timing import ceilings, diff, disagrees, interleaved, stats_text
 
 HEADS, HEAD_DIM = 64, 128
-CALLS, SAMPLES, WARM_MS = 5, 40, 200.0
 
 # (B, next_n, L, block_kv): the cells of the decode issue's table, then the grid's quick subset.
 ISSUE_CELLS = [(1, 1, 4096, 64), (1, 2, 4096, 64), (1, 2, 32768, 64), (8, 1, 32768, 64),
@@ -41,55 +40,6 @@ ISSUE_CELLS = [(1, 1, 4096, 64), (1, 2, 4096, 64), (1, 2, 32768, 64), (8, 1, 327
                (256, 2, 65536, 64), (64, 4, 32768, 64), (128, 4, 65536, 64)]
 GRID_CELLS = [(b, n, l, 64) for b in (1, 4, 8, 16, 32, 64, 128, 256, 512) for l in (4096, 32768)
               for n in (1, 2, 4)]
-
-
-def summary(times: list[float]) -> dict:
-    """Median, p10 and p90 of per-call times (us)."""
-    times = sorted(times)
-    return {"median_us": statistics.median(times), "p10_us": times[len(times) // 10],
-            "p90_us": times[(9 * len(times)) // 10]}
-
-
-def replay_times(fn) -> list[float]:
-    """SAMPLES per-call times (us), each from a replay of a graph of CALLS calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            fn()
-    begin = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-
-    def replay_ms() -> float:
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return begin.elapsed_time(end)
-
-    # The SM clock falls while the host builds a cell, and under a heavy cell the power cap lowers
-    # it 20-60 ms into the load: warm up past both, as mqa-logits-bench does (its time_graph).
-    for _ in range(min(10000, int(WARM_MS / max(replay_ms(), 1e-3)))):
-        graph.replay()
-    torch.cuda.synchronize()
-    return [replay_ms() * 1000.0 / CALLS for _ in range(SAMPLES)]
-
-
-def ceilings() -> dict:
-    n = 1 << 30
-    x = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    y = torch.empty_like(x)
-    copy_us = summary(replay_times(lambda: y.copy_(x)))["median_us"]
-    m = 8192
-    a = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(m, m, device="cuda").to(torch.float8_e4m3fn).t()
-    one = torch.ones((), device="cuda")
-    mm_us = summary(replay_times(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                                          out_dtype=torch.bfloat16)))["median_us"]
-    return {"copy_tbps": 2 * n / (copy_us * 1e-6) / 1e12,
-            "fp8_tflops": 2 * m ** 3 / (mm_us * 1e-6) / 1e12}
 
 
 def decode_inputs(batch: int, next_n: int, avg: int, block_kv: int) -> dict:
@@ -139,23 +89,6 @@ def call_of(module, case: dict, sms: int):
         case["max_len"], clean_logits=False, logits_dtype=torch.float32)
 
 
-# Each implementation within 5e-6 of the float64 oracle (docs/contract.md, fp32 logits) puts the
-# two within 4 x 5e-6 of each other (the diff's square root obeys the triangle inequality).
-AGREEMENT = 4 * 5e-6
-
-
-def disagrees(row: dict) -> bool:
-    """Both ran and their logits differ by AGREEMENT or more (or by NaN)."""
-    return "diff" in row and not row["diff"] < AGREEMENT
-
-
-def diff(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
-    """The contract's metric over in-window elements, in float64."""
-    x, y = x[mask].double(), y[mask].double()
-    squares = float((x * x + y * y).sum())
-    return 0.0 if squares == 0.0 else 1.0 - 2.0 * float((x * y).sum()) / squares
-
-
 def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
     batch, next_n, avg, block_kv = cell
     case = decode_inputs(batch, next_n, avg, block_kv)
@@ -172,22 +105,10 @@ def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
         ours = calls["mqa_logits"]()
         cols = torch.arange(ours.shape[1], device="cuda")
         row["diff"] = diff(ours, theirs, cols[None, :] < case["lens"].reshape(-1, 1))
-    rounds = {name: [] for name in calls}
-    for _ in range(2):
-        for name, fn in calls.items():
-            rounds[name].append(replay_times(fn))
-    for name, samples in rounds.items():
-        row[name] = summary([t for round_times in samples for t in round_times])
-        row[name]["round_medians_us"] = [statistics.median(times) for times in samples]
+    row.update(interleaved(calls))
     del case
     torch.cuda.empty_cache()
     return row
-
-
-def stats_text(stats: dict) -> str:
-    """"median (p10-p90; each round's median)" in us."""
-    rounds = ", ".join(f"{m:.1f}" for m in stats["round_medians_us"])
-    return f"{stats['median_us']:.1f} ({stats['p10_us']:.1f}-{stats['p90_us']:.1f}; {rounds})"
 
 
 def main() -> int:
