@@ -4,9 +4,10 @@
 //   and bf16 logits, with and without schedule metadata;
 // - window patterns ("patterns"): what engines send (docs/contract.md, "How performance is
 //   counted"): one request, square causal, packed requests of equal and uneven lengths, sliding
-//   windows, context-parallel shards, random windows with empty rows; each without and with
-//   clean_logits, its rate against the one-request call of the same H / D, and the time clean
-//   adds against the time writing the masked elements at copy bandwidth takes.
+//   windows, context-parallel shards, random windows with empty rows; each with schedule
+//   metadata without and with clean_logits, and without either (the drop-in call), its rate
+//   against the one-request call of the same H / D, and the time clean adds against the time
+//   writing the masked elements at copy bandwidth takes.
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -257,24 +258,28 @@ std::optional<double> number(const Record& r, const std::string& key) {
 }
 
 void print_pattern_header() {
-  std::printf("prefill patterns: fp32 logits, schedule metadata given\n"
-              "  x1req: TFLOPS / those of the one-request 2048/8192 call of the same H/D and clean\n"
+  std::printf("prefill patterns: fp32 logits\n"
+              "  meta: schedule metadata given (no: the drop-in call, each CTA computes its own)\n"
+              "  x1req: TFLOPS / those of the one-request 2048/8192 call of the same H/D, clean and"
+              " meta\n"
               "  +clean: the time clean_logits adds; allowed: 1.1 x masked bytes / copy bandwidth"
               " + 5 us\n");
-  std::printf("%-18s %-11s %-6s %-5s %9s %9s %9s %7s %6s %5s %8s %8s %-5s %s\n", "pattern",
-              "S/T", "H/D", "clean", "median us", "p10 us", "p90 us", "TFLOPS", "%fp8", "x1req",
-              "+clean", "allowed", "clean", "check");
+  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %6s %5s %8s %8s %-5s %s\n", "pattern",
+              "S/T", "H/D", "clean", "meta", "median us", "p10 us", "p90 us", "TFLOPS", "%fp8",
+              "x1req", "+clean", "allowed", "clean", "check");
 }
 
 void print_pattern_row(const Pattern& p, const Record& r) {
   const auto& s = p.spec;
   const bool clean = std::get<bool>(r.at("clean"));
+  const bool scheduled = std::get<bool>(r.at("scheduled"));
   const std::string shape = std::to_string(s.seq_len) + "/" + std::to_string(s.seq_len_kv);
   const std::string heads_dim = std::to_string(s.num_heads) + "/" + std::to_string(s.head_dim);
   std::string allowance;
   if (clean) allowance = std::get<bool>(r.at("clean_within_allowance")) ? "pass" : "FAIL";
-  std::printf("%-18s %-11s %-6s %-5s %9s %9s %9s %7s %5s%% %5s %8s %8s %-5s %s\n",
+  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %5s%% %5s %8s %8s %-5s %s\n",
               p.name.c_str(), shape.c_str(), heads_dim.c_str(), clean ? "yes" : "no",
+              scheduled ? "yes" : "no",
               cell(number(r, "median_us")).c_str(), cell(number(r, "p10_us")).c_str(),
               cell(number(r, "p90_us")).c_str(), cell(number(r, "tflops")).c_str(),
               cell(number(r, "pct_fp8_ceiling")).c_str(),
@@ -289,8 +294,9 @@ void print_pattern_row(const Pattern& p, const Record& r) {
 std::vector<Record> run_prefill_patterns_bench(const BenchContext& context) {
   std::vector<Record> records;
   print_pattern_header();
-  // TFLOPS of the one-request call per (H, D, clean): what the other patterns are compared with.
-  std::map<std::tuple<std::int64_t, std::int64_t, bool>, double> one_request_tflops;
+  // TFLOPS of the one-request call per (H, D, clean, metadata): what the other patterns are
+  // compared with.
+  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, double> one_request_tflops;
   std::optional<support::PrefillWorkload> workload;
   std::unique_ptr<DeviceArena> arena;
   int workloads = 0;
@@ -315,9 +321,15 @@ std::vector<Record> run_prefill_patterns_bench(const BenchContext& context) {
       }
       const std::int64_t pairs = window_pairs(*workload);
       std::optional<double> no_clean_us;
-      for (const bool clean : {false, true}) {
+      struct Setting {
+        bool clean, scheduled;
+      };
+      // With metadata, without and with clean (the clean rule compares the two); then the call
+      // as the drop-in API makes it: no clean, no metadata.
+      for (const auto [clean, scheduled] :
+           {Setting{false, true}, Setting{true, true}, Setting{false, false}}) {
         workload->spec.clean_logits = clean;
-        Record r = bench_case(context, *workload, *arena, true);
+        Record r = bench_case(context, *workload, *arena, scheduled);
         const double tflops = std::get<double>(r.at("tflops"));
         const double median_us = std::get<double>(r.at("median_us"));
         r.set("op", std::string("prefill_pattern"))
@@ -327,13 +339,13 @@ std::vector<Record> run_prefill_patterns_bench(const BenchContext& context) {
             .set("request_lengths", joined(p.spec.request_lengths))
             .set("sliding_window", p.spec.sliding_window)
             .set("pairs", pairs);
-        const auto key = std::tuple{p.spec.num_heads, p.spec.head_dim, clean};
+        const auto key = std::tuple{p.spec.num_heads, p.spec.head_dim, clean, scheduled};
         if (p.name == "one request") one_request_tflops[key] = tflops;
         if (const auto it = one_request_tflops.find(key); it != one_request_tflops.end()) {
           r.set("rate_vs_one_request", tflops / it->second);
         }
         if (!clean) {
-          no_clean_us = median_us;
+          if (scheduled) no_clean_us = median_us;
         } else {
           // What clean adds is writing -inf to every element outside the windows: at copy
           // bandwidth (bytes read + written per second, so generous to a write-only fill) plus
