@@ -42,10 +42,49 @@ struct PrefillUnits {
 
   __device__ std::int64_t count() const { return schedule::ceil_div(seq_len, block_q); }
   __device__ std::int64_t items(std::int64_t unit) const {
-    const schedule::Window block = schedule::prefill_block_window(
-        k_start, k_end, seq_len, seq_len_kv, schedule::prefill_block_at(unit, count()) * block_q,
-        block_q);
+    const schedule::Window block = window(schedule::prefill_block_at(unit, count()) * block_q);
     return schedule::prefill_block_items(num_heads, block.lo, block.hi);
+  }
+
+  // schedule::prefill_block_window of the block from row `first`. A whole block's bounds are
+  // read 16 bytes (4 rows) a load where both arrays are 16-byte aligned (block_q is a multiple
+  // of 4): every CTA of the prefill kernel without metadata reads every row's bounds, and
+  // 4-byte loads took a 32-byte sector each (docs/perf-notes.md, "The drop-in call: each CTA's
+  // segment without metadata").
+  __device__ schedule::Window window(std::int64_t first) const {
+    const auto address = reinterpret_cast<std::uintptr_t>(k_start) |
+                         reinterpret_cast<std::uintptr_t>(k_end);
+    if (address % 16 != 0 || first + block_q > seq_len) {
+      return schedule::prefill_block_window(k_start, k_end, seq_len, seq_len_kv, first, block_q);
+    }
+    const auto* starts = reinterpret_cast<const int4*>(k_start + first);
+    const auto* ends = reinterpret_cast<const int4*>(k_end + first);
+    schedule::Window block{seq_len_kv, 0};
+    for (int i = 0; i < block_q / 4; i += 2) {  // two loads of each array in flight
+      int4 start[2], end[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (4 * (i + j) < block_q) {
+          start[j] = starts[i + j];
+          end[j] = ends[i + j];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (4 * (i + j) >= block_q) continue;
+        const std::int32_t row_start[4] = {start[j].x, start[j].y, start[j].z, start[j].w};
+        const std::int32_t row_end[4] = {end[j].x, end[j].y, end[j].z, end[j].w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const schedule::Window w =
+              schedule::prefill_row_window(row_start[r], row_end[r], seq_len_kv);
+          if (w.lo >= w.hi) continue;
+          block.lo = w.lo < block.lo ? w.lo : block.lo;
+          block.hi = w.hi > block.hi ? w.hi : block.hi;
+        }
+      }
+    }
+    return block;
   }
 };
 
