@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 
 import torch
 
 import mqa_logits
-from timing import ceilings, diff, disagrees, interleaved, stats_text
+from timing import (agreement, announce, ceilings, diff, interleaved, save, versus,
+                    versus_header)
 
 HEADS, HEAD_DIM = 64, 128
 
@@ -118,32 +118,19 @@ def main() -> int:
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     other = importlib.import_module(args.impl)
-    props = torch.cuda.get_device_properties(0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     ceiling = ceilings()
-    print(f"{props.name}: copy {ceiling['copy_tbps']:.2f} TB/s, FP8 GEMM "
-          f"{ceiling['fp8_tflops']:.0f} TFLOPS; mqa_logits against {args.impl}", flush=True)
-    print(f"{'B/N/L/bk':18} {'mqa_logits us (p10-p90; rounds)':>34} "
-          f"{args.impl + ' us (p10-p90; rounds)':>34} {'ratio':>6} "
-          f"{'%floor':>7} {'diff':>8}")
+    device = announce(ceiling, args.impl)
+    print(f"{'B/N/L/bk':18} {versus_header(args.impl)} {'%floor':>7} {'diff':>8}")
     rows = []
     for cell in ISSUE_CELLS if args.cells == "issue" else GRID_CELLS:
-        row = run_cell(cell, other, props.multi_processor_count, ceiling)
+        row = run_cell(cell, other, sms, ceiling)
         rows.append(row)
-        ours = row["mqa_logits"]
-        theirs = row.get("other")
-        other_text = "refuses" if theirs is None else stats_text(theirs)
-        ratio = "" if theirs is None else f"{ours['median_us'] / theirs['median_us']:.2f}"
         name = "/".join(str(v) for v in cell)
-        print(f"{name:18} {stats_text(ours):>34} {other_text:>34} {ratio:>6} "
-              f"{100.0 * row['floor_us'] / ours['median_us']:6.1f}% "
-              f"{row.get('diff', float('nan')):8.1e}"
-              f"{' DISAGREE' if disagrees(row) else ''}", flush=True)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"device": props.name, "ceilings": ceiling, "other": args.impl,
-                       "rows": rows}, out, indent=1)
-    return 1 if any(disagrees(row) for row in rows) else 0
-
+        floor_percent = 100.0 * row["floor_us"] / row["mqa_logits"]["median_us"]
+        print(f"{name:18} {versus(row, True)} {floor_percent:6.1f}% {agreement(row)}",
+              flush=True)
+    return save(args.json, device, ceiling, args.impl, rows)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import random
 
 import torch
 
 import mqa_logits
-from timing import ceilings, diff, disagrees, interleaved, stats_text
+from timing import (agreement, announce, ceilings, diff, interleaved, save, versus,
+                    versus_header)
 
 HEADS, HEAD_DIM = 64, 128
 SAMPLED_ROWS = 1024
@@ -192,35 +192,21 @@ def main() -> int:
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     other = importlib.import_module(args.impl) if args.impl else None
-    props = torch.cuda.get_device_properties(0)
     ceiling = ceilings()
-    against = f"; mqa_logits against {args.impl}" if args.impl else ""
-    print(f"{props.name}: copy {ceiling['copy_tbps']:.2f} TB/s, FP8 GEMM "
-          f"{ceiling['fp8_tflops']:.0f} TFLOPS{against}", flush=True)
-    print(f"{'pattern':18} {'S x T':12} {'clean':5} {'mqa_logits us (p10-p90; rounds)':>34} "
-          f"{(args.impl or 'other') + ' us (p10-p90; rounds)':>34} {'ratio':>6} "
-          f"{'TFLOPS':>7} {'%fp8':>6} {'diff':>8}")
+    device = announce(ceiling, args.impl)
+    print(f"{'pattern':18} {'S x T':12} {'clean':5} {versus_header(args.impl)} {'TFLOPS':>7} "
+          f"{'%fp8':>6} {'diff':>8}")
     rows = []
     for seed, pattern in enumerate(patterns(args.quick)):
         if args.pattern not in pattern["name"]:
             continue
         for row in run_pattern(pattern, seed, other, ceiling):
             rows.append(row)
-            ours, theirs = row["mqa_logits"], row.get("other")
-            other_text = ("-" if other is None else "refuses" if theirs is None
-                          else stats_text(theirs))
-            ratio = "" if theirs is None else f"{ours['median_us'] / theirs['median_us']:.2f}"
             shape = f"{row['S']}x{row['T']}"
             print(f"{row['pattern']:18} {shape:12} {'yes' if row['clean'] else 'no':5} "
-                  f"{stats_text(ours):>34} {other_text:>34} {ratio:>6} {row['tflops']:7.1f} "
-                  f"{row['percent_of_fp8']:5.1f}% {row.get('diff', float('nan')):8.1e}"
-                  f"{' DISAGREE' if disagrees(row) else ''}", flush=True)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"device": props.name, "ceilings": ceiling, "other": args.impl,
-                       "rows": rows}, out, indent=1)
-    return 1 if any(disagrees(row) for row in rows) else 0
-
+                  f"{versus(row, other is not None)} {row['tflops']:7.1f} "
+                  f"{row['percent_of_fp8']:5.1f}% {agreement(row)}", flush=True)
+    return save(args.json, device, ceiling, args.impl, rows)
 
 if __name__ == "__main__":
     raise SystemExit(main())

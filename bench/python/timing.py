@@ -8,6 +8,7 @@ SAMPLES replays, each giving one per-call time.
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import torch
@@ -99,3 +100,41 @@ def stats_text(stats: dict) -> str:
     """"median (p10-p90; each round's median)" in us."""
     rounds = ", ".join(f"{m:.1f}" for m in stats["round_medians_us"])
     return f"{stats['median_us']:.1f} ({stats['p10_us']:.1f}-{stats['p90_us']:.1f}; {rounds})"
+
+
+def announce(ceiling: dict, other: str | None) -> str:
+    """Print the machine's line (device, ceilings, what is compared); return the device name."""
+    name = torch.cuda.get_device_properties(0).name
+    against = f"; mqa_logits against {other}" if other else ""
+    print(f"{name}: copy {ceiling['copy_tbps']:.2f} TB/s, FP8 GEMM "
+          f"{ceiling['fp8_tflops']:.0f} TFLOPS{against}", flush=True)
+    return name
+
+
+def versus_header(other: str | None) -> str:
+    """The headers of versus's columns."""
+    return (f"{'mqa_logits us (p10-p90; rounds)':>34} "
+            f"{(other or 'other') + ' us (p10-p90; rounds)':>34} {'ratio':>6}")
+
+
+def versus(row: dict, compared: bool) -> str:
+    """This library's time, the other implementation's ("-" when none was compared, "refuses"
+    when it refused) and the ratio of the medians, as table columns."""
+    ours, theirs = row["mqa_logits"], row.get("other")
+    other_text = ("refuses" if compared else "-") if theirs is None else stats_text(theirs)
+    ratio = "" if theirs is None else f"{ours['median_us'] / theirs['median_us']:.2f}"
+    return f"{stats_text(ours):>34} {other_text:>34} {ratio:>6}"
+
+
+def agreement(row: dict) -> str:
+    """The diff between the two implementations' logits as a table column, marked when over."""
+    return f"{row.get('diff', float('nan')):8.1e}{' DISAGREE' if disagrees(row) else ''}"
+
+
+def save(path: str | None, device: str, ceiling: dict, other: str | None, rows: list) -> int:
+    """Write the rows as JSON when asked; the exit status: 1 when any row disagrees."""
+    if path:
+        with open(path, "w") as out:
+            json.dump({"device": device, "ceilings": ceiling, "other": other, "rows": rows}, out,
+                      indent=1)
+    return 1 if any(disagrees(row) for row in rows) else 0
