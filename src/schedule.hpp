@@ -132,6 +132,16 @@ MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int
   return {lo, hi};
 }
 
+// A block's key range, widened by one of its rows' windows (start, end): unchanged when the
+// row's window is empty. A block's range starts as the empty {seq_len_kv, 0}.
+MQA_HOST_DEVICE constexpr void widen_block_window(Window& block, std::int32_t start,
+                                                  std::int32_t end, std::int64_t seq_len_kv) {
+  const Window w = prefill_row_window(start, end, seq_len_kv);
+  if (w.lo >= w.hi) return;
+  block.lo = w.lo < block.lo ? w.lo : block.lo;
+  block.hi = w.hi > block.hi ? w.hi : block.hi;
+}
+
 // Key range of the prefill block of rows [first, first + block_q) (clamped to S): [min start, max
 // end) over its non-empty rows, empty (lo >= hi) when all of them are.
 MQA_HOST_DEVICE constexpr Window prefill_block_window(const std::int32_t* k_start,
@@ -142,10 +152,7 @@ MQA_HOST_DEVICE constexpr Window prefill_block_window(const std::int32_t* k_star
   Window block{seq_len_kv, 0};
   const std::int64_t last = first + block_q < seq_len ? first + block_q : seq_len;
   for (std::int64_t row = first; row < last; ++row) {
-    const Window w = prefill_row_window(k_start[row], k_end[row], seq_len_kv);
-    if (w.lo >= w.hi) continue;
-    block.lo = w.lo < block.lo ? w.lo : block.lo;
-    block.hi = w.hi > block.hi ? w.hi : block.hi;
+    widen_block_window(block, k_start[row], k_end[row], seq_len_kv);
   }
   return block;
 }

@@ -72,16 +72,10 @@ struct PrefillUnits {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         if (4 * (i + j) >= block_q) continue;
-        const std::int32_t row_start[4] = {start[j].x, start[j].y, start[j].z, start[j].w};
-        const std::int32_t row_end[4] = {end[j].x, end[j].y, end[j].z, end[j].w};
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const schedule::Window w =
-              schedule::prefill_row_window(row_start[r], row_end[r], seq_len_kv);
-          if (w.lo >= w.hi) continue;
-          block.lo = w.lo < block.lo ? w.lo : block.lo;
-          block.hi = w.hi > block.hi ? w.hi : block.hi;
-        }
+        schedule::widen_block_window(block, start[j].x, end[j].x, seq_len_kv);
+        schedule::widen_block_window(block, start[j].y, end[j].y, seq_len_kv);
+        schedule::widen_block_window(block, start[j].z, end[j].z, seq_len_kv);
+        schedule::widen_block_window(block, start[j].w, end[j].w, seq_len_kv);
       }
     }
     return block;
