@@ -132,5 +132,6 @@ def main() -> int:
               flush=True)
     return save(args.json, device, ceiling, args.impl, rows)
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -208,5 +208,6 @@ def main() -> int:
                   f"{row['percent_of_fp8']:5.1f}% {agreement(row)}", flush=True)
     return save(args.json, device, ceiling, args.impl, rows)
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -27,14 +27,14 @@ def summary(times: list[float]) -> dict:
             "p90_us": times[(9 * len(times)) // 10]}
 
 
-def replay_times(fn, calls: int = CALLS) -> list[float]:
-    """SAMPLES per-call times (us), each from a replay of a graph of `calls` calls."""
+def replay_times(fn) -> list[float]:
+    """SAMPLES per-call times (us), each from a replay of a graph of CALLS calls."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
+        for _ in range(CALLS):
             fn()
     begin = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -51,16 +51,16 @@ def replay_times(fn, calls: int = CALLS) -> list[float]:
     for _ in range(min(10000, int(WARM_MS / max(replay_ms(), 1e-3)))):
         graph.replay()
     torch.cuda.synchronize()
-    return [replay_ms() * 1000.0 / calls for _ in range(SAMPLES)]
+    return [replay_ms() * 1000.0 / CALLS for _ in range(SAMPLES)]
 
 
-def interleaved(calls: dict, graph_calls: int = CALLS) -> dict:
+def interleaved(calls: dict) -> dict:
     """Each callable timed in two rounds, alternating A, B, A, B, so that clock drift hits all
     alike: per name, the median and p10-p90 over both rounds' samples and each round's median."""
     rounds = {name: [] for name in calls}
     for _ in range(2):
         for name, fn in calls.items():
-            rounds[name].append(replay_times(fn, graph_calls))
+            rounds[name].append(replay_times(fn))
     stats = {}
     for name, samples in rounds.items():
         stats[name] = summary([t for round_times in samples for t in round_times])
