@@ -60,11 +60,11 @@ struct PrefillUnits {
     }
     const auto* starts = reinterpret_cast<const int4*>(k_start + first);
     const auto* ends = reinterpret_cast<const int4*>(k_end + first);
-    // schedule::widen_block_window in 32 bits (keys fit int32: validate), an empty row counting as
-    // (INT_MAX, INT_MIN): ~6 instructions a row where the 64-bit form took ~18; the metadata
-    // kernel 11-16% shorter from S = 8192 on at H >= 16 (docs/perf-notes.md, "The metadata
-    // count in 32 bits").
-    const int keys = static_cast<int>(seq_len_kv);
+    // schedule::widen_block_window in 32 bits, an empty row counting as (INT_MAX, INT_MIN): ~6
+    // instructions a row where the 64-bit form took ~18; the metadata kernel 11-16% shorter from
+    // S = 8192 on at H >= 16 (docs/perf-notes.md, "The metadata count in 32 bits"). Window ends
+    // are int32, so clamping them at a T beyond INT_MAX is clamping them at INT_MAX.
+    const int keys = seq_len_kv < INT_MAX ? static_cast<int>(seq_len_kv) : INT_MAX;
     int lo = INT_MAX, hi = INT_MIN;
     const auto widen = [&](int start, int end) {
       const int row_lo = max(start, 0), row_hi = min(end, keys);

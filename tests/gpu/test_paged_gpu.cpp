@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -459,14 +460,19 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
     const std::int64_t most_rows = trial % 8 == 0 ? 40000 : trial % 4 == 0 ? 6000 : 700;
     const std::int64_t s =
         longest ? 200000 : std::uniform_int_distribution<std::int64_t>(0, most_rows)(gen);
-    const std::int64_t t = std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
+    // One trial's T lies past int32 (the metadata functions take any T >= 0), its windows near
+    // INT32_MAX: their ends then clamp at themselves, in 64 bits on the host and 32 on the GPU.
+    const bool beyond_int32 = trial == 37;
+    const std::int64_t t =
+        beyond_int32 ? 3'000'000'000 : std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
+    const auto top = static_cast<std::int32_t>(
+        std::min<std::int64_t>(t, std::numeric_limits<std::int32_t>::max() - 300));
+    const std::int32_t bottom = beyond_int32 ? top - 100000 : 0;
     const int heads = longest ? 64 : 8 << std::uniform_int_distribution<int>(0, 3)(gen);
     std::vector<std::int32_t> start(static_cast<std::size_t>(s)), end(static_cast<std::size_t>(s));
     for (std::int64_t i = 0; i < s; ++i) {
-      start[i] =
-          std::uniform_int_distribution<std::int32_t>(-100, static_cast<std::int32_t>(t) + 50)(gen);
-      end[i] =
-          std::uniform_int_distribution<std::int32_t>(-50, static_cast<std::int32_t>(t) + 300)(gen);
+      start[i] = std::uniform_int_distribution<std::int32_t>(bottom - 100, top + 50)(gen);
+      end[i] = std::uniform_int_distribution<std::int32_t>(bottom - 50, top + 300)(gen);
       if (trial % 2 == 0) {  // causal-like: growing windows
         start[i] = 0;
         end[i] = static_cast<std::int32_t>(std::max<std::int64_t>(0, t - s + i + 1));
