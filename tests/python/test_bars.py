@@ -1,0 +1,74 @@
+"""scripts/bars: the issues' bars read from a gpu-check run's JSON (synthetic rows here)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bars"
+
+
+def pattern(name, s, windows, pct, rate, *, heads=64, dim=128, pairs=None, sliding=0,
+            clean=False, within=True):
+    row = {"op": "prefill_pattern", "pattern": name, "S": s, "T": s, "H": heads, "D": dim,
+           "windows": windows, "sliding_window": sliding, "pairs": pairs or s * 1024,
+           "logits": "float32", "clean": clean, "scheduled": True, "verified": True,
+           "pct_fp8_ceiling": pct, "rate_vs_one_request": rate}
+    if clean:
+        row["clean_within_allowance"] = within
+    return row
+
+
+def decode(b, n, avg, us, floor, pct, *, block_kv=64, p10=None, p90=None, meta=2.4):
+    return {"op": "decode", "B": b, "N": n, "avg_context": avg, "block_kv": block_kv, "H": 64,
+            "D": 128, "median_us": us, "p10_us": p10 or us, "p90_us": p90 or us,
+            "floor_us": floor, "pct_floor": pct, "metadata_us": meta, "verified": True}
+
+
+def run_bars(tmp_path, bench, grid=None):
+    (tmp_path / "bench.json").write_text(json.dumps({"results": bench}))
+    if grid is not None:
+        (tmp_path / "grid.json").write_text(json.dumps({"results": grid}))
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
+                            text=True, check=True)
+    return {line.split("  ")[2].strip(): line.rsplit("  ", 1)[1].strip()
+            for line in result.stdout.splitlines() if line.strip()}
+
+
+def test_verdicts_follow_the_rows(tmp_path):
+    bench = [
+        pattern("one request", 2048, "causal", 90.0, 1.0),
+        pattern("square causal", 8192, "causal", 85.0, 0.95),
+        pattern("packed 8 x 2048", 16384, "packed", 77.0, 0.86, pairs=16384 * 1024),
+        pattern("packed 32 x 1024", 32768, "packed", 71.0, 0.79, pairs=32768 * 512),
+        pattern("sliding 2048", 8192, "sliding", 80.0, 0.89, sliding=2048),
+        pattern("random", 4096, "random", 85.0, 0.94),
+        pattern("square causal", 8192, "causal", 60.0, 0.95, clean=True, within=False),
+        decode(64, 1, 32768, 72.0, 68.4, 95.0),
+        decode(256, 2, 65536, 700.0, 600.0, 85.7, p10=690.0, p90=740.0),
+        decode(128, 4, 65536, 600.0, 450.0, 75.0, p10=598.0, p90=604.0),
+    ]
+    grid = [dict(decode(1, 1, 4096, 3.4, 0.2, 5.0), op="decode-grid"),
+            dict(decode(8, 8, 32768, 80.0, 40.0, 50.0, meta=3.2), op="decode-grid")]
+    verdicts = run_bars(tmp_path, bench, grid)
+    assert verdicts["square causal 8192^2 >= 82% of FP8"] == "met"
+    assert verdicts["packed, mean window >= 1024: >= 78%"] == "MISSED"
+    assert verdicts["packed, mean window ~512: >= 70%"] == "met"
+    assert verdicts["sliding window 2048 >= 78%"] == "met"
+    assert verdicts["other patterns >= 0.9 x the one request's rate"] == "met"
+    assert verdicts["H = 32, D = 128: each pattern >= 0.9 x its one request"] == "not measured"
+    assert verdicts["clean adds <= 1.1 x masked bytes / copy rate + 5 us"] == "MISSED"
+    assert verdicts["floor >= 30 us, next_n <= 2: >= 93% of floor"] == "MISSED"  # 256/2: 85.7%
+    assert verdicts["next_n = 8 (floor >= 30 us): >= 80%"] == "MISSED"
+    assert verdicts["B = 1, L = 4096: <= 3.5 us"] == "met"
+    assert verdicts["256/2/65536, 128/4/65536: p90 / p10 <= 1.05"] == "MISSED"  # 740 / 690
+    assert verdicts["metadata kernel <= 3 us"] == "MISSED"
+    assert (verdicts["issue cells, next_n <= 2: <= 0.95 x reference or >= 97% of floor"]
+            == "not measured")
+
+
+def test_a_run_without_results_is_an_error(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
+                            text=True)
+    assert result.returncode == 2
+    assert "no results" in result.stderr
