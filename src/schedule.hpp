@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #if defined(__CUDACC__)
 #define MQA_HOST_DEVICE __host__ __device__
@@ -132,15 +133,31 @@ MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int
   return {lo, hi};
 }
 
-// A block's key range, widened by one of its rows' windows (start, end): unchanged when the
-// row's window is empty. A block's range starts as the empty {seq_len_kv, 0}.
-MQA_HOST_DEVICE constexpr void widen_block_window(Window& block, std::int32_t start,
-                                                  std::int32_t end, std::int64_t seq_len_kv) {
-  const Window w = prefill_row_window(start, end, seq_len_kv);
-  if (w.lo >= w.hi) return;
-  block.lo = w.lo < block.lo ? w.lo : block.lo;
-  block.hi = w.hi > block.hi ? w.hi : block.hi;
-}
+// A block's key range as its rows' windows (start, end) widen it, computed in Key: std::int64_t,
+// or std::int32_t with T clamped at INT32_MAX, which changes nothing (window ends are int32) and
+// takes a third of the instructions a row (the metadata count's 16-byte path: docs/perf-notes.md,
+// "The metadata count in 32 bits"). A row whose clamped window is empty leaves it unchanged.
+template <typename Key>
+struct BlockWindow {
+  static constexpr Key kNone = std::numeric_limits<Key>::max();
+  Key lo = kNone;
+  Key hi = std::numeric_limits<Key>::min();
+
+  // `keys` is T, or its clamp at INT32_MAX for Key = std::int32_t.
+  MQA_HOST_DEVICE constexpr void widen(std::int32_t start, std::int32_t end, Key keys) {
+    const Key row_lo = start > 0 ? start : 0;
+    const Key row_hi = end < keys ? end : keys;
+    const bool has_keys = row_lo < row_hi;  // selects, not a branch: no divergence on device
+    const Key widened_lo = has_keys ? row_lo : kNone;
+    const Key widened_hi = has_keys ? row_hi : std::numeric_limits<Key>::min();
+    lo = widened_lo < lo ? widened_lo : lo;
+    hi = widened_hi > hi ? widened_hi : hi;
+  }
+  // [min start, max end) over the non-empty rows, or the empty {seq_len_kv, 0} without any.
+  MQA_HOST_DEVICE constexpr Window window(std::int64_t seq_len_kv) const {
+    return lo < hi ? Window{lo, hi} : Window{seq_len_kv, 0};
+  }
+};
 
 // Key range of the prefill block of rows [first, first + block_q) (clamped to S): [min start, max
 // end) over its non-empty rows, empty (lo >= hi) when all of them are.
@@ -149,12 +166,12 @@ MQA_HOST_DEVICE constexpr Window prefill_block_window(const std::int32_t* k_star
                                                       std::int64_t seq_len,
                                                       std::int64_t seq_len_kv, std::int64_t first,
                                                       std::int64_t block_q) {
-  Window block{seq_len_kv, 0};
+  BlockWindow<std::int64_t> block;
   const std::int64_t last = first + block_q < seq_len ? first + block_q : seq_len;
   for (std::int64_t row = first; row < last; ++row) {
-    widen_block_window(block, k_start[row], k_end[row], seq_len_kv);
+    block.widen(k_start[row], k_end[row], seq_len_kv);
   }
-  return block;
+  return block.window(seq_len_kv);
 }
 
 // Context length of decode row t (of N) of sequence b.

@@ -60,18 +60,9 @@ struct PrefillUnits {
     }
     const auto* starts = reinterpret_cast<const int4*>(k_start + first);
     const auto* ends = reinterpret_cast<const int4*>(k_end + first);
-    // schedule::widen_block_window in 32 bits, an empty row counting as (INT_MAX, INT_MIN): ~6
-    // instructions a row where the 64-bit form took ~18; the metadata kernel 11-16% shorter from
-    // S = 8192 on at H >= 16 (docs/perf-notes.md, "The metadata count in 32 bits"). Window ends
-    // are int32, so clamping them at a T beyond INT_MAX is clamping them at INT_MAX.
+    // In 32 bits: the metadata kernel 11-16% shorter from S = 8192 on at H >= 16.
     const int keys = seq_len_kv < INT_MAX ? static_cast<int>(seq_len_kv) : INT_MAX;
-    int lo = INT_MAX, hi = INT_MIN;
-    const auto widen = [&](int start, int end) {
-      const int row_lo = max(start, 0), row_hi = min(end, keys);
-      const bool has_keys = row_lo < row_hi;
-      lo = min(lo, has_keys ? row_lo : INT_MAX);
-      hi = max(hi, has_keys ? row_hi : INT_MIN);
-    };
+    schedule::BlockWindow<std::int32_t> block;
     for (int i = 0; i < block_q / 4; i += 2) {  // two loads of each array in flight
       int4 start[2], end[2];
 #pragma unroll
@@ -84,13 +75,13 @@ struct PrefillUnits {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         if (4 * (i + j) >= block_q) continue;
-        widen(start[j].x, end[j].x);
-        widen(start[j].y, end[j].y);
-        widen(start[j].z, end[j].z);
-        widen(start[j].w, end[j].w);
+        block.widen(start[j].x, end[j].x, keys);
+        block.widen(start[j].y, end[j].y, keys);
+        block.widen(start[j].z, end[j].z, keys);
+        block.widen(start[j].w, end[j].w, keys);
       }
     }
-    return lo < hi ? schedule::Window{lo, hi} : schedule::Window{seq_len_kv, 0};
+    return block.window(seq_len_kv);
   }
 };
 
