@@ -26,6 +26,8 @@
 // predecessor was consumed, a tile of the same math warpgroup as this stage's previous-but-one
 // and no earlier (at least four stages), so the latter was consumed first. (Four warps beside
 // three warpgroups would break both: the tile four back would belong to another warpgroup.)
+// The ring's barriers are initialized after the wait for the previous kernel, by a math thread,
+// and published by one more barrier (pipeline_ready) that thread 0 sets up before the wait.
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
@@ -187,6 +189,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
   float* fp32_weights = s.fp32_weights(math_warpgroup);
+  s.pipeline_ready()->wait(0);
   DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
@@ -223,15 +226,8 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
 
   if (threadIdx.x / 32 == 1) prefetch_launch_inputs(params, static_cast<int>(threadIdx.x % 32));
-  if (threadIdx.x == 0) {  // one thread: faster, measured, than one barrier a lane of warp 0
-    for (int stage = 0; stage < params.smem.stages; ++stage) {
-      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
-      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
-    }
-    for (int slot = 0; slot < kQSlots; ++slot) {
-      s.q_full(slot)->init(1);
-      s.q_empty(slot)->init(math_warpgroups(kMmaRows, H) * 128);
-    }
+  if (threadIdx.x == 0) {
+    s.pipeline_ready()->init(1);
     fence_barrier_init();
     prefetch_tensor_map(&params.q_map);
     if (params.kv_tma) prefetch_tensor_map(&params.kv_map);
@@ -244,6 +240,23 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   // completion before it reads anything.
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
+  // The pipeline's barriers: initialized by a math thread, idle until its group's q lands, while
+  // the producers' first dependent reads are under way; each role waits for pipeline_ready
+  // before its first barrier use. Before the wait (where a CTA that lands as the previous call's
+  // last CTA leaves pays for them in full) they took ~0.75 us, one thread faster than one
+  // barrier a lane (docs/perf-notes.md, "The pipeline's barriers initialized after the wait").
+  if (threadIdx.x == 128) {
+    for (int stage = 0; stage < params.smem.stages; ++stage) {
+      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
+      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
+    }
+    for (int slot = 0; slot < kQSlots; ++slot) {
+      s.q_full(slot)->init(1);
+      s.q_empty(slot)->init(math_warpgroups(kMmaRows, H) * 128);
+    }
+    fence_barrier_init();
+    s.pipeline_ready()->arrive();
+  }
 
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
   if (warpgroup == 0) {

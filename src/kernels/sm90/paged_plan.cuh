@@ -163,7 +163,8 @@ struct SmemLayout {
   std::uint32_t fp32_weights_offset = 0;  // one fp32 copy per math warpgroup
   std::uint32_t scales_offset = 0;        // `stages` x kTileKeys fp32 key scales
   std::uint32_t info_offset = 0;          // `stages` x uint32: which blocks of the tile were loaded
-  std::uint32_t barriers_offset = 0;      // full[stages], empty[stages], q_full[2], q_empty[2]
+  std::uint32_t barriers_offset = 0;      // full[stages], empty[stages], q_full[2], q_empty[2],
+                                          // pipeline_ready
   std::uint32_t total_bytes = 0;          // from a 1024-byte aligned base
 };
 
@@ -184,7 +185,7 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   s.tile_bytes = static_cast<std::uint32_t>(kTileKeys * head_dim);
   const int warpgroups = math_warpgroups(mma_rows, heads);
   const std::uint32_t fixed = kQSlots * (s.q_slot_bytes + s.weight_slot_bytes + 2 * 8) +
-                              warpgroups * s.fp32_weights_bytes;
+                              warpgroups * s.fp32_weights_bytes + 8;  // + pipeline_ready
   const std::uint32_t per_stage = s.tile_bytes + kTileKeys * kScaleBytes + 4 + 2 * 8;
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
   // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % warpgroups
@@ -199,7 +200,7 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   s.scales_offset = s.fp32_weights_offset + warpgroups * s.fp32_weights_bytes;
   s.info_offset = s.scales_offset + stages * kTileKeys * kScaleBytes;
   s.barriers_offset = align_up(s.info_offset + stages * 4, 8);
-  s.total_bytes = s.barriers_offset + (2 * stages + 2 * kQSlots) * 8;
+  s.total_bytes = s.barriers_offset + (2 * stages + 2 * kQSlots + 1) * 8;
   return s;
 }
 

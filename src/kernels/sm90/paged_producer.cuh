@@ -183,6 +183,8 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(group_begin);
     const int entries = cuda::ceil_div(g.key_limit, kTileKeys / kBlocksPerTile);
+    // Past the first group a completed phase: it returns at once.
+    s.pipeline_ready()->wait(0);
     if (producer == 0) {
       s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);

@@ -15,7 +15,7 @@ struct SharedState {
 
   __device__ SharedState(std::uint8_t* aligned_base, const SmemLayout& smem)
       : base(aligned_base), layout(smem) {}
-  // Barriers: full[stages], empty[stages], q_full[kQSlots], q_empty[kQSlots].
+  // Barriers: full[stages], empty[stages], q_full[kQSlots], q_empty[kQSlots], pipeline_ready.
   __device__ Barrier* barrier(int index) const {
     return reinterpret_cast<Barrier*>(base + layout.barriers_offset) + index;
   }
@@ -25,6 +25,8 @@ struct SharedState {
   __device__ Barrier* q_empty(int slot) const {
     return barrier(2 * layout.stages + kQSlots + slot);
   }
+  // Completes once the barriers before it are initialized (paged_kernel.cuh, Pipeline).
+  __device__ Barrier* pipeline_ready() const { return barrier(2 * layout.stages + 2 * kQSlots); }
   __device__ std::uint8_t* q_slot(int slot) const {
     return base + layout.q_offset + slot * layout.q_slot_bytes;
   }
