@@ -10,7 +10,9 @@ where they disagree is marked and the exit status is 1. Timing (timing.py): CUDA
 CALLS calls, replayed back to back for WARM_MS, then SAMPLES replays; the implementations
 alternate A, B, A, B, and each one's median and p10-p90 are taken over the samples of both its
 rounds (each round's median is printed too). The floor is max(bytes / copy bandwidth, FLOPs /
-FP8 GEMM rate), both measured here.
+FP8 GEMM rate), both measured here; each row keeps its bytes and FLOPs, so that scripts/bars
+takes the floor against the C++ benchmark's ceilings instead (this process copies through
+torch's copy kernel, ~30% below the benchmark's copy rate).
 
     python3 bench/python/decode_side_by_side.py --impl deep_gemm [--cells issue|grid] \\
         [--json FILE]
@@ -72,13 +74,18 @@ def decode_inputs(batch: int, next_n: int, avg: int, block_kv: int) -> dict:
             "blocks": total}
 
 
-def floor_us(case: dict, ceiling: dict) -> float:
-    """As the C++ benchmark counts it: keys and scales, block ids, q and weights, lengths and
-    the logits written (no clean), each once."""
+def floor_terms(case: dict) -> tuple[int, float]:
+    """Bytes and FLOPs as the C++ benchmark counts them: keys and scales, block ids, q and
+    weights, lengths and the logits written (no clean), each once; two FLOPs a (pair, head,
+    dimension)."""
     rows = case["lens"].numel()
     traffic = (case["keys"] * (HEAD_DIM + 4) + 4 * case["blocks"] +
                rows * HEADS * (HEAD_DIM + 4) + 4 * rows + 4 * case["pairs"])
-    flops = 2.0 * HEADS * HEAD_DIM * case["pairs"]
+    return traffic, 2.0 * HEADS * HEAD_DIM * case["pairs"]
+
+
+def floor_us(case: dict, ceiling: dict) -> float:
+    traffic, flops = floor_terms(case)
     return max(traffic / ceiling["copy_tbps"], flops / ceiling["fp8_tflops"]) / 1e6
 
 
@@ -92,8 +99,9 @@ def call_of(module, case: dict, sms: int):
 def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
     batch, next_n, avg, block_kv = cell
     case = decode_inputs(batch, next_n, avg, block_kv)
+    traffic, flops = floor_terms(case)
     row = {"B": batch, "N": next_n, "L": avg, "block_kv": block_kv,
-           "floor_us": floor_us(case, ceiling)}
+           "floor_us": floor_us(case, ceiling), "traffic_bytes": traffic, "flops": flops}
     calls = {"mqa_logits": call_of(mqa_logits, case, sms)}
     try:
         other_call = call_of(other, case, sms)

@@ -25,14 +25,25 @@ def decode(b, n, avg, us, floor, pct, *, block_kv=64, p10=None, p90=None, meta=2
             "floor_us": floor, "pct_floor": pct, "metadata_us": meta, "verified": True}
 
 
-def run_bars(tmp_path, bench, grid=None):
-    (tmp_path / "bench.json").write_text(json.dumps({"results": bench}))
+def run_bars_lines(tmp_path, bench, grid=None, side_by_side=None, ceilings=None):
+    """Each bar's (what was measured, verdict), by the bar's text."""
+    (tmp_path / "bench.json").write_text(json.dumps({"results": bench, **(ceilings or {})}))
     if grid is not None:
         (tmp_path / "grid.json").write_text(json.dumps({"results": grid}))
+    if side_by_side is not None:
+        (tmp_path / "side_by_side.json").write_text(json.dumps({"rows": side_by_side}))
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
                             text=True, check=True)
-    return {line.split("  ")[2].strip(): line.rsplit("  ", 1)[1].strip()
-            for line in result.stdout.splitlines() if line.strip()}
+    lines = {}
+    for line in result.stdout.splitlines():
+        columns = [column.strip() for column in line.split("  ") if column.strip()]
+        if len(columns) == 4:
+            lines[columns[1]] = (columns[2], columns[3])
+    return lines
+
+
+def run_bars(tmp_path, bench, grid=None):
+    return {bar: verdict for bar, (_, verdict) in run_bars_lines(tmp_path, bench, grid).items()}
 
 
 def test_verdicts_follow_the_rows(tmp_path):
@@ -65,6 +76,38 @@ def test_verdicts_follow_the_rows(tmp_path):
     assert verdicts["metadata kernel <= 3 us"] == "MISSED"
     assert (verdicts["issue cells, next_n <= 2: <= 0.95 x reference or >= 97% of floor"]
             == "not measured")
+
+
+def test_a_cell_in_both_the_benchmark_and_the_grid_counts_once_at_its_slower_time(tmp_path):
+    bench = [decode(64, 1, 32768, 72.0, 68.4, 95.0), decode(64, 2, 32768, 74.0, 70.0, 94.6)]
+    grid = [dict(decode(64, 1, 32768, 74.0, 68.4, 92.4), op="decode-grid"),
+            dict(decode(64, 2, 32768, 73.0, 70.0, 95.9), op="decode-grid")]
+    measured, verdict = run_bars_lines(tmp_path, bench, grid)[
+        "floor >= 30 us, next_n <= 2: >= 93% of floor"]
+    assert measured == "2 cells, 92.4-94.6%, 1 below"
+    assert verdict == "MISSED"
+
+
+def beside(b, n, ours, theirs, python_floor, **terms):
+    return {"B": b, "N": n, "L": 32768, "block_kv": 64, "floor_us": python_floor,
+            "mqa_logits": {"median_us": ours}, "other": {"median_us": theirs}, **terms}
+
+
+def test_the_side_by_side_floor_is_taken_against_the_benchmarks_ceilings(tmp_path):
+    bar = "issue cells, next_n <= 2: <= 0.95 x reference or >= 97% of floor"
+    ceilings = {"copy_tbps": 4.0, "fp8_tflops": 1200.0}
+    # 38.5 MB: a 9.63 us floor at 4 TB/s (97.2% of 9.9 us); 13.3 us at Python's slower copy.
+    at_floor = beside(8, 1, 9.9, 9.0, 13.3, traffic_bytes=38.5e6, flops=1e9)
+    measured, verdict = run_bars_lines(tmp_path, [decode(64, 1, 32768, 72.0, 68.4, 95.0)],
+                                       side_by_side=[at_floor], ceilings=ceilings)[bar]
+    assert (measured, verdict) == ("1 of 1", "met")
+    # Without its bytes a row counts by the ratio alone: the Python floor never meets the bar.
+    slow = beside(8, 2, 12.0, 11.0, 13.3)
+    fast = beside(32, 2, 45.0, 48.0, 40.0)
+    measured, verdict = run_bars_lines(tmp_path, [decode(64, 1, 32768, 72.0, 68.4, 95.0)],
+                                       side_by_side=[slow, fast], ceilings=ceilings)[bar]
+    assert measured == "1 of 2 (8/2/32768 1.09 short); 2 by the ratio alone (no traffic in the row)"
+    assert verdict == "MISSED"
 
 
 def test_a_run_without_results_is_an_error(tmp_path):
