@@ -140,11 +140,15 @@ MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int
 template <typename Key>
 struct BlockWindow {
   static constexpr Key kNone = std::numeric_limits<Key>::max();
+  std::int64_t seq_len_kv;
+  Key keys;  // seq_len_kv clamped to Key
   Key lo = kNone;
   Key hi = std::numeric_limits<Key>::min();
 
-  // `keys` is T, or its clamp at INT32_MAX for Key = std::int32_t.
-  MQA_HOST_DEVICE constexpr void widen(std::int32_t start, std::int32_t end, Key keys) {
+  MQA_HOST_DEVICE constexpr explicit BlockWindow(std::int64_t seq_len_kv)
+      : seq_len_kv(seq_len_kv), keys(seq_len_kv < kNone ? static_cast<Key>(seq_len_kv) : kNone) {}
+
+  MQA_HOST_DEVICE constexpr void widen(std::int32_t start, std::int32_t end) {
     const Key row_lo = start > 0 ? start : 0;
     const Key row_hi = end < keys ? end : keys;
     const bool has_keys = row_lo < row_hi;  // selects, not a branch: no divergence on device
@@ -154,7 +158,7 @@ struct BlockWindow {
     hi = widened_hi > hi ? widened_hi : hi;
   }
   // [min start, max end) over the non-empty rows, or the empty {seq_len_kv, 0} without any.
-  MQA_HOST_DEVICE constexpr Window window(std::int64_t seq_len_kv) const {
+  MQA_HOST_DEVICE constexpr Window window() const {
     return lo < hi ? Window{lo, hi} : Window{seq_len_kv, 0};
   }
 };
@@ -166,12 +170,12 @@ MQA_HOST_DEVICE constexpr Window prefill_block_window(const std::int32_t* k_star
                                                       std::int64_t seq_len,
                                                       std::int64_t seq_len_kv, std::int64_t first,
                                                       std::int64_t block_q) {
-  BlockWindow<std::int64_t> block;
+  BlockWindow<std::int64_t> block(seq_len_kv);
   const std::int64_t last = first + block_q < seq_len ? first + block_q : seq_len;
   for (std::int64_t row = first; row < last; ++row) {
-    block.widen(k_start[row], k_end[row], seq_len_kv);
+    block.widen(k_start[row], k_end[row]);
   }
-  return block.window(seq_len_kv);
+  return block.window();
 }
 
 // Context length of decode row t (of N) of sequence b.
