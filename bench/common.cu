@@ -39,6 +39,18 @@ __global__ void copy_kernel(const uint4* src, uint4* dst, std::size_t count) {
   }
 }
 
+// Keeps the stream's GPU busy for `ns` nanoseconds: what the host enqueues meanwhile (a sample's
+// begin event, graph launch and end event) is queued before the GPU reaches it.
+__global__ void hold_stream(unsigned long long ns) {
+  const auto now = [] {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  };
+  for (const auto start = now(); now() - start < ns;) {
+  }
+}
+
 double copy_bandwidth_tbps() {
   constexpr std::size_t kBytes = std::size_t{2} << 30;
   void *src = nullptr, *dst = nullptr;
@@ -183,6 +195,7 @@ std::string json_value(const Record::Value& value) {
 Ceilings measure_ceilings() { return {copy_bandwidth_tbps(), fp8_gemm_tflops()}; }
 
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, int samples) {
+  constexpr unsigned long long kHoldNs = 30000;  // well past a graph launch's host time
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   for (int i = 0; i < 3; ++i) enqueue(stream);  // warm-up outside the graph (module load etc.)
@@ -196,7 +209,13 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   cudaEvent_t begin, end;
   check_cuda(cudaEventCreate(&begin), "cudaEventCreate");
   check_cuda(cudaEventCreate(&end), "cudaEventCreate");
-  const auto replay_ms = [&] {  // one replay, timed by events around it
+  // One replay, timed by events around it. The GPU is held busy while the host records the
+  // events and launches the graph: with an idle GPU the begin event fires at once and the time
+  // would include the host's launch of the graph (docs/perf-notes.md, "Samples without the
+  // graph's launch").
+  const auto replay_ms = [&] {
+    hold_stream<<<1, 1, 0, stream>>>(kHoldNs);
+    check_cuda(cudaGetLastError(), "hold_stream");
     check_cuda(cudaEventRecord(begin, stream), "cudaEventRecord");
     check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     check_cuda(cudaEventRecord(end, stream), "cudaEventRecord");

@@ -14,8 +14,12 @@ FP8 GEMM rate), both measured here; each row keeps its bytes and FLOPs, so that 
 takes the floor against the C++ benchmark's ceilings instead (this process copies through
 torch's copy kernel, ~30% below the benchmark's copy rate).
 
-    python3 bench/python/decode_side_by_side.py --impl deep_gemm [--cells issue|grid] \\
+    python3 bench/python/decode_side_by_side.py --impl deep_gemm [--cells issue|grid] [--cold] \\
         [--json FILE]
+
+--cold gives each call of a graph its own copy of the KV cache (where it is under COLD_BYTES),
+so that no call finds its keys in L2, left there by the call before, as an engine's decode step
+does not; without it the graph's calls share one input set.
 
 Prints one row per cell: both medians and p10-p90, each round's median, their ratio (this
 library / the other), and this library's % of the floor. A cell the other implementation
@@ -26,14 +30,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 
 import torch
 
 import mqa_logits
-from timing import (agreement, announce, ceilings, diff, interleaved, save, versus,
+from timing import (CALLS, agreement, announce, ceilings, diff, interleaved, save, versus,
                     versus_header)
 
 HEADS, HEAD_DIM = 64, 128
+COLD_BYTES = 1 << 30  # larger caches leave L2 between calls by themselves (50 MB)
 
 # (B, next_n, L, block_kv): the cells of the decode issue's table, then the grid's quick subset.
 ISSUE_CELLS = [(1, 1, 4096, 64), (1, 2, 4096, 64), (1, 2, 32768, 64), (8, 1, 32768, 64),
@@ -89,32 +95,49 @@ def floor_us(case: dict, ceiling: dict) -> float:
     return max(traffic / ceiling["copy_tbps"], flops / ceiling["fp8_tflops"]) / 1e6
 
 
-def call_of(module, case: dict, sms: int):
+def call_of(module, case: dict, sms: int, cache=None):
+    """The call on `case`, reading `cache` (a copy of the case's cache) when given."""
     meta = module.get_paged_mqa_logits_metadata(case["lens"], case["block_kv"], sms)
+    cache = case["cache"] if cache is None else cache
     return lambda: module.fp8_fp4_paged_mqa_logits(
-        (case["q"], None), case["cache"], case["weights"], case["lens"], case["table"], meta,
+        (case["q"], None), cache, case["weights"], case["lens"], case["table"], meta,
         case["max_len"], clean_logits=False, logits_dtype=torch.float32)
 
 
-def run_cell(cell, other, sms: int, ceiling: dict) -> dict:
+def rotating(calls: list):
+    """One call a time, each in turn (a graph of CALLS calls captures each once)."""
+    turn = itertools.count()
+    return lambda: calls[next(turn) % len(calls)]()
+
+
+def run_cell(cell, other, sms: int, ceiling: dict, cold: bool) -> dict:
     batch, next_n, avg, block_kv = cell
     case = decode_inputs(batch, next_n, avg, block_kv)
     traffic, flops = floor_terms(case)
     row = {"B": batch, "N": next_n, "L": avg, "block_kv": block_kv,
            "floor_us": floor_us(case, ceiling), "traffic_bytes": traffic, "flops": flops}
-    calls = {"mqa_logits": call_of(mqa_logits, case, sms)}
+    # Cold caches: the graph's CALLS calls each read their own copy of the KV cache (the other
+    # inputs shared) where it is smaller than COLD_BYTES, so that each call finds its keys
+    # evicted from L2 by the calls between, as at an engine's decode step, which reads a layer's
+    # cache once after every other layer has run; its q, weights, lengths, block table and
+    # metadata were written just before, and stay shared.
+    caches = [case["cache"]]
+    if cold and case["cache"].numel() < COLD_BYTES:
+        caches += [case["cache"].clone() for _ in range(1, CALLS)]
+    row["cache_copies"] = len(caches)
+    calls = {"mqa_logits": rotating([call_of(mqa_logits, case, sms, c) for c in caches])}
     try:
-        other_call = call_of(other, case, sms)
-        theirs = other_call()
+        other_calls = [call_of(other, case, sms, c) for c in caches]
+        theirs = other_calls[0]()
     except Exception as error:  # the other implementation refuses the cell: time ours alone
         row["other_error"] = repr(error)[:200]
     else:
-        calls["other"] = other_call
-        ours = calls["mqa_logits"]()
+        calls["other"] = rotating(other_calls)
+        ours = call_of(mqa_logits, case, sms)()
         cols = torch.arange(ours.shape[1], device="cuda")
         row["diff"] = diff(ours, theirs, cols[None, :] < case["lens"].reshape(-1, 1))
     row.update(interleaved(calls))
-    del case
+    del case, caches
     torch.cuda.empty_cache()
     return row
 
@@ -123,6 +146,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--impl", required=True, help="module of the other implementation")
     parser.add_argument("--cells", choices=("issue", "grid"), default="issue")
+    parser.add_argument("--cold", action="store_true",
+                        help="each call of a graph reads its own copy of the KV cache (cold in L2)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     other = importlib.import_module(args.impl)
@@ -132,7 +157,7 @@ def main() -> int:
     print(f"{'B/N/L/bk':18} {versus_header(args.impl)} {'%floor':>7} {'diff':>8}")
     rows = []
     for cell in ISSUE_CELLS if args.cells == "issue" else GRID_CELLS:
-        row = run_cell(cell, other, sms, ceiling)
+        row = run_cell(cell, other, sms, ceiling, args.cold)
         rows.append(row)
         name = "/".join(str(v) for v in cell)
         floor_percent = 100.0 * row["floor_us"] / row["mqa_logits"]["median_us"]

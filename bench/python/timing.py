@@ -3,7 +3,8 @@ contract's diff to check two implementations against each other before timing th
 
 Timing: a graph of CALLS calls, replayed back to back for WARM_MS (past the step by which the
 power cap lowers the SM clock 20-60 ms into a heavy load, as mqa-logits-bench does), then
-SAMPLES replays, each giving one per-call time.
+SAMPLES replays, each giving one per-call time; each sample's events and replay are queued
+behind a kernel that holds the GPU, so that the sample does not include the host's launch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import statistics
 import torch
 
 CALLS, SAMPLES, WARM_MS = 5, 40, 200.0
+HOLD_CYCLES = 100_000  # ~50-70 us of GPU time: well past a graph launch from Python
 
 # Each implementation within 5e-6 of the float64 oracle (docs/contract.md, fp32 logits) puts the
 # two within 4 x 5e-6 of each other (the diff's square root obeys the triangle inequality).
@@ -40,6 +42,9 @@ def replay_times(fn) -> list[float]:
     end = torch.cuda.Event(enable_timing=True)
 
     def replay_ms() -> float:
+        # The GPU held busy while the host records the events and launches the graph: with an
+        # idle GPU the begin event fires at once and the time would include the launch.
+        torch.cuda._sleep(HOLD_CYCLES)
         begin.record()
         graph.replay()
         end.record()

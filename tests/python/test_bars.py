@@ -25,13 +25,16 @@ def decode(b, n, avg, us, floor, pct, *, block_kv=64, p10=None, p90=None, meta=2
             "floor_us": floor, "pct_floor": pct, "metadata_us": meta, "verified": True}
 
 
-def run_bars_lines(tmp_path, bench, grid=None, side_by_side=None, ceilings=None):
+def run_bars_lines(tmp_path, bench, grid=None, side_by_side=None, ceilings=None,
+                   side_by_side_cold=None):
     """Each bar's (what was measured, verdict), by the bar's text."""
     (tmp_path / "bench.json").write_text(json.dumps({"results": bench, **(ceilings or {})}))
     if grid is not None:
         (tmp_path / "grid.json").write_text(json.dumps({"results": grid}))
     if side_by_side is not None:
         (tmp_path / "side_by_side.json").write_text(json.dumps({"rows": side_by_side}))
+    if side_by_side_cold is not None:
+        (tmp_path / "side_by_side_cold.json").write_text(json.dumps({"rows": side_by_side_cold}))
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
                             text=True, check=True)
     lines = {}
@@ -108,6 +111,23 @@ def test_the_side_by_side_floor_is_taken_against_the_benchmarks_ceilings(tmp_pat
                                        side_by_side=[slow, fast], ceilings=ceilings)[bar]
     assert measured == "1 of 2 (8/2/32768 1.09 short); 2 by the ratio alone (no traffic in the row)"
     assert verdict == "MISSED"
+
+
+def test_the_cold_side_by_side_is_a_bar_line_of_its_own(tmp_path):
+    warm_bar = "issue cells, next_n <= 2: <= 0.95 x reference or >= 97% of floor"
+    cold_bar = "the same, each call its own copy of the cache (cold L2)"
+    bench = [decode(64, 1, 32768, 72.0, 68.4, 95.0)]
+    terms = {"traffic_bytes": 33.8e6, "flops": 1e9}  # an 8.45 us floor at 4 TB/s
+    warm = [beside(8, 1, 9.7, 8.6, 12.2, **terms)]
+    cold = [beside(8, 1, 12.0, 13.2, 12.2, **terms)]
+    ceilings = {"copy_tbps": 4.0, "fp8_tflops": 1200.0}
+    lines = run_bars_lines(tmp_path, bench, side_by_side=warm, side_by_side_cold=cold,
+                           ceilings=ceilings)
+    assert lines[warm_bar] == ("0 of 1 (8/1/32768 1.13 short)", "MISSED")
+    assert lines[cold_bar] == ("1 of 1", "met")
+    # A run without the cold rows prints no line for them.
+    (tmp_path / "side_by_side_cold.json").unlink()
+    assert cold_bar not in run_bars_lines(tmp_path, bench, side_by_side=warm, ceilings=ceilings)
 
 
 def test_a_run_without_results_is_an_error(tmp_path):
