@@ -95,19 +95,14 @@ def floor_us(case: dict, ceiling: dict) -> float:
     return max(traffic / ceiling["copy_tbps"], flops / ceiling["fp8_tflops"]) / 1e6
 
 
-def call_of(module, case: dict, sms: int, cache=None):
-    """The call on `case`, reading `cache` (a copy of the case's cache) when given."""
+def call_of(module, case: dict, sms: int, caches: list):
+    """The call on `case`, its metadata computed once; each call reads the next of `caches`
+    (copies of the case's cache) in turn, so a graph of CALLS calls captures each once."""
     meta = module.get_paged_mqa_logits_metadata(case["lens"], case["block_kv"], sms)
-    cache = case["cache"] if cache is None else cache
-    return lambda: module.fp8_fp4_paged_mqa_logits(
-        (case["q"], None), cache, case["weights"], case["lens"], case["table"], meta,
-        case["max_len"], clean_logits=False, logits_dtype=torch.float32)
-
-
-def rotating(calls: list):
-    """One call a time, each in turn (a graph of CALLS calls captures each once)."""
     turn = itertools.count()
-    return lambda: calls[next(turn) % len(calls)]()
+    return lambda: module.fp8_fp4_paged_mqa_logits(
+        (case["q"], None), caches[next(turn) % len(caches)], case["weights"], case["lens"],
+        case["table"], meta, case["max_len"], clean_logits=False, logits_dtype=torch.float32)
 
 
 def run_cell(cell, other, sms: int, ceiling: dict, cold: bool) -> dict:
@@ -125,15 +120,15 @@ def run_cell(cell, other, sms: int, ceiling: dict, cold: bool) -> dict:
     if cold and case["cache"].numel() < COLD_BYTES:
         caches += [case["cache"].clone() for _ in range(1, CALLS)]
     row["cache_copies"] = len(caches)
-    calls = {"mqa_logits": rotating([call_of(mqa_logits, case, sms, c) for c in caches])}
+    calls = {"mqa_logits": call_of(mqa_logits, case, sms, caches)}
     try:
-        other_calls = [call_of(other, case, sms, c) for c in caches]
-        theirs = other_calls[0]()
+        other_call = call_of(other, case, sms, caches)
+        theirs = other_call()  # both first calls read the case's own cache
     except Exception as error:  # the other implementation refuses the cell: time ours alone
         row["other_error"] = repr(error)[:200]
     else:
-        calls["other"] = rotating(other_calls)
-        ours = call_of(mqa_logits, case, sms)()
+        calls["other"] = other_call
+        ours = calls["mqa_logits"]()
         cols = torch.arange(ours.shape[1], device="cuda")
         row["diff"] = diff(ours, theirs, cols[None, :] < case["lens"].reshape(-1, 1))
     row.update(interleaved(calls))
