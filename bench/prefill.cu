@@ -8,6 +8,7 @@
 //   metadata without and with clean_logits, and without either (the drop-in call), its rate
 //   against the one-request call of the same H / D, and the time clean adds against the time
 //   writing the masked elements at copy bandwidth takes.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -40,6 +41,33 @@ std::int64_t window_pairs(const support::PrefillWorkload& w) {
     pairs += std::max<std::int64_t>(hi - lo, 0);
   }
   return pairs;
+}
+
+// What no call can beat: its window pairs' FLOPs at the FP8 GEMM ceiling, or its bytes at the
+// copy ceiling (both measured in this run), whichever takes longer. Bytes: every input read once
+// (q alone is S x H x D: 8 KB a query row at H = 64, D = 128, which short windows use for few
+// keys) and the logits written, the window pairs' without clean_logits, every column with it.
+struct Floor {
+  double bytes = 0;
+  double us = 0;
+  bool memory_bound = false;
+};
+
+Floor call_floor(const BenchContext& context, const support::PrefillWorkload& workload,
+                 double flops, double pairs) {
+  Floor floor;
+  for (const support::HostBuffer& buffer : workload.buffers) {
+    floor.bytes += static_cast<double>(buffer.bytes.size());
+  }
+  const double written = workload.spec.clean_logits
+                             ? static_cast<double>(workload.spec.seq_len * workload.out_cols())
+                             : pairs;
+  floor.bytes += written * static_cast<double>(dtype_size(workload.spec.logits_dtype));
+  const double compute_us = flops / (context.ceilings.fp8_tflops * 1e12) * 1e6;
+  const double memory_us = floor.bytes / (context.ceilings.copy_tbps * 1e12) * 1e6;
+  floor.memory_bound = memory_us > compute_us;
+  floor.us = std::max(compute_us, memory_us);
+  return floor;
 }
 
 Record bench_case(const BenchContext& context, const support::PrefillWorkload& workload,
@@ -84,7 +112,9 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
   if (meta != nullptr) cudaFree(meta);
 
   const double pairs = static_cast<double>(window_pairs(workload));
-  const double tflops = 2.0 * spec.num_heads * spec.head_dim * pairs / (t.median_us * 1e-6) / 1e12;
+  const double flops = 2.0 * spec.num_heads * spec.head_dim * pairs;
+  const double tflops = flops / (t.median_us * 1e-6) / 1e12;
+  const Floor floor = call_floor(context, workload, flops, pairs);
   Record record;
   if (metadata_time) record.set("metadata_us", metadata_time->median_us);
   return record
@@ -99,6 +129,10 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
       .set_timing(t)
       .set("tflops", tflops)
       .set("pct_fp8_ceiling", 100.0 * tflops / context.ceilings.fp8_tflops)
+      .set("bytes", floor.bytes)
+      .set("floor_us", floor.us)
+      .set("floor_bound", std::string(floor.memory_bound ? "memory" : "fp8"))
+      .set("pct_floor", 100.0 * floor.us / t.median_us)
       .set("verified", verdict.ok)
       .set("oracle_diff", verdict.diff);
 }
@@ -278,10 +312,14 @@ void print_pattern_header() {
               " meta\n"
               "  +clean: the time clean_logits adds; allowed: 1.1 x masked bytes / copy bandwidth"
               " + 5 us\n"
+              "  %floor: the floor over the median; the floor is the window pairs' FLOPs at the"
+              " FP8 ceiling or\n"
+              "    the bytes (inputs read once, logits written) at the copy ceiling, whichever is"
+              " longer (bound)\n"
               "  meta us: the metadata kernel alone (graphs of 5 calls)\n");
-  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %6s %5s %8s %8s %-5s %7s %s\n",
+  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %6s %5s %6s %-6s %8s %8s %-5s %7s %s\n",
               "pattern", "S/T", "H/D", "clean", "meta", "median us", "p10 us", "p90 us", "TFLOPS",
-              "%fp8", "x1req", "+clean", "allowed", "clean", "meta us", "check");
+              "%fp8", "x1req", "%floor", "bound", "+clean", "allowed", "clean", "meta us", "check");
 }
 
 void print_pattern_row(const Pattern& p, const Record& r) {
@@ -292,13 +330,15 @@ void print_pattern_row(const Pattern& p, const Record& r) {
   const std::string heads_dim = std::to_string(s.num_heads) + "/" + std::to_string(s.head_dim);
   std::string allowance;
   if (clean) allowance = std::get<bool>(r.at("clean_within_allowance")) ? "pass" : "FAIL";
-  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %5s%% %5s %8s %8s %-5s %7s %s\n",
+  std::printf("%-18s %-11s %-6s %-5s %-4s %9s %9s %9s %7s %5s%% %5s %5s%% %-6s %8s %8s %-5s %7s %s\n",
               p.name.c_str(), shape.c_str(), heads_dim.c_str(), clean ? "yes" : "no",
               scheduled ? "yes" : "no",
               cell(number(r, "median_us")).c_str(), cell(number(r, "p10_us")).c_str(),
               cell(number(r, "p90_us")).c_str(), cell(number(r, "tflops")).c_str(),
               cell(number(r, "pct_fp8_ceiling")).c_str(),
               cell(number(r, "rate_vs_one_request"), 2).c_str(),
+              cell(number(r, "pct_floor")).c_str(),
+              std::get<std::string>(r.at("floor_bound")).c_str(),
               cell(number(r, "clean_added_us")).c_str(),
               cell(number(r, "clean_allowance_us")).c_str(), allowance.c_str(),
               cell(number(r, "metadata_us"), 2).c_str(),

@@ -81,6 +81,19 @@ def test_verdicts_follow_the_rows(tmp_path):
             == "not measured")
 
 
+def test_a_short_pattern_bound_by_its_bytes_says_what_its_bytes_allow(tmp_path):
+    sliding_128 = pattern("sliding 128", 8192, "sliding", 28.0, 0.32, sliding=128)
+    sliding_128.update(floor_bound="memory", pct_floor=42.0)  # at its floor: 0.32 / 0.42
+    sliding_512 = pattern("sliding 512", 8192, "sliding", 52.0, 0.58, sliding=512)
+    sliding_512.update(floor_bound="fp8", pct_floor=52.0)
+    bench = [pattern("one request", 2048, "causal", 90.0, 1.0), sliding_128, sliding_512]
+    measured, verdict = run_bars_lines(tmp_path, bench)[
+        "other patterns >= 0.9 x the one request's rate"]
+    assert measured == ("0 of 2 (short: sliding 128 8192 0.32, its bytes allow 0.76, "
+                        "sliding 512 8192 0.58)")
+    assert verdict == "MISSED"
+
+
 def test_a_cell_in_both_the_benchmark_and_the_grid_counts_once_at_its_slower_time(tmp_path):
     bench = [decode(64, 1, 32768, 72.0, 68.4, 95.0), decode(64, 2, 32768, 74.0, 70.0, 94.6)]
     grid = [dict(decode(64, 1, 32768, 74.0, 68.4, 92.4), op="decode-grid"),
