@@ -318,6 +318,16 @@ Record& Record::set_timing(const Timing& t) {
       .set("power_capped", t.power_capped);
 }
 
+Record& Record::set_floor(const Ceilings& ceilings, double flops, double bytes,
+                          double median_us) {
+  const double compute_us = flops / (ceilings.fp8_tflops * 1e12) * 1e6;
+  const double memory_us = bytes / (ceilings.copy_tbps * 1e12) * 1e6;
+  const double floor_us = std::max(compute_us, memory_us);
+  return set("floor_us", floor_us)
+      .set("floor_bound", std::string(compute_us > memory_us ? "fp8" : "memory"))
+      .set("pct_floor", 100.0 * floor_us / median_us);
+}
+
 Record& Record::set(const std::string& key, Value value) {
   for (auto& field : fields_) {
     if (field.first == key) {

@@ -76,6 +76,9 @@ class Record {
   using Value = std::variant<double, std::int64_t, std::string, bool>;
   Record& set(const std::string& key, Value value);
   Record& set_timing(const Timing& t);  // the times (us) and the clocks (MHz) of `t`
+  // The call's floor, max(flops at the FP8 ceiling, bytes at the copy ceiling) in us, which of
+  // the two sets it (fp8 or memory), and its percentage of the median.
+  Record& set_floor(const Ceilings& ceilings, double flops, double bytes, double median_us);
   std::string json() const;
   const Value& at(const std::string& key) const;
 

@@ -111,9 +111,6 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
 
   const Traffic work = traffic(workload);
   const double flops = 2.0 * static_cast<double>(spec.num_heads * spec.head_dim) * work.pairs;
-  const double compute_floor_us = flops / (context.ceilings.fp8_tflops * 1e12) * 1e6;
-  const double memory_floor_us = work.bytes / (context.ceilings.copy_tbps * 1e12) * 1e6;
-  const double floor_us = std::max(compute_floor_us, memory_floor_us);
   return Record()
       .set("op", std::string("decode"))
       .set("B", spec.batch)
@@ -125,9 +122,7 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
       .set_timing(t)
       .set("tbps", work.bytes / (t.median_us * 1e-6) / 1e12)
       .set("tflops", flops / (t.median_us * 1e-6) / 1e12)
-      .set("floor_us", floor_us)
-      .set("floor_bound", std::string(compute_floor_us > memory_floor_us ? "fp8" : "memory"))
-      .set("pct_floor", 100.0 * floor_us / t.median_us)
+      .set_floor(context.ceilings, flops, work.bytes, t.median_us)
       .set("metadata_us", meta_time.median_us)
       .set("verified", verdict.ok)
       .set("oracle_diff", verdict.diff);

@@ -43,31 +43,18 @@ std::int64_t window_pairs(const support::PrefillWorkload& w) {
   return pairs;
 }
 
-// What no call can beat: its window pairs' FLOPs at the FP8 GEMM ceiling, or its bytes at the
-// copy ceiling (both measured in this run), whichever takes longer. Bytes: every input read once
-// (q alone is S x H x D: 8 KB a query row at H = 64, D = 128, which short windows use for few
-// keys) and the logits written, the window pairs' without clean_logits, every column with it.
-struct Floor {
+// The bytes no call can move fewer of, for its floor: every input read once (q alone is S x H x
+// D: 8 KB a query row at H = 64, D = 128, which short windows use for few keys) and the logits
+// written, the window pairs' without clean_logits, every column with it.
+double call_bytes(const support::PrefillWorkload& workload, double pairs) {
   double bytes = 0;
-  double us = 0;
-  bool memory_bound = false;
-};
-
-Floor call_floor(const BenchContext& context, const support::PrefillWorkload& workload,
-                 double flops, double pairs) {
-  Floor floor;
   for (const support::HostBuffer& buffer : workload.buffers) {
-    floor.bytes += static_cast<double>(buffer.bytes.size());
+    bytes += static_cast<double>(buffer.bytes.size());
   }
   const double written = workload.spec.clean_logits
                              ? static_cast<double>(workload.spec.seq_len * workload.out_cols())
                              : pairs;
-  floor.bytes += written * static_cast<double>(dtype_size(workload.spec.logits_dtype));
-  const double compute_us = flops / (context.ceilings.fp8_tflops * 1e12) * 1e6;
-  const double memory_us = floor.bytes / (context.ceilings.copy_tbps * 1e12) * 1e6;
-  floor.memory_bound = memory_us > compute_us;
-  floor.us = std::max(compute_us, memory_us);
-  return floor;
+  return bytes + written * static_cast<double>(dtype_size(workload.spec.logits_dtype));
 }
 
 Record bench_case(const BenchContext& context, const support::PrefillWorkload& workload,
@@ -114,7 +101,7 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
   const double pairs = static_cast<double>(window_pairs(workload));
   const double flops = 2.0 * spec.num_heads * spec.head_dim * pairs;
   const double tflops = flops / (t.median_us * 1e-6) / 1e12;
-  const Floor floor = call_floor(context, workload, flops, pairs);
+  const double bytes = call_bytes(workload, pairs);
   Record record;
   if (metadata_time) record.set("metadata_us", metadata_time->median_us);
   return record
@@ -129,10 +116,8 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
       .set_timing(t)
       .set("tflops", tflops)
       .set("pct_fp8_ceiling", 100.0 * tflops / context.ceilings.fp8_tflops)
-      .set("bytes", floor.bytes)
-      .set("floor_us", floor.us)
-      .set("floor_bound", std::string(floor.memory_bound ? "memory" : "fp8"))
-      .set("pct_floor", 100.0 * floor.us / t.median_us)
+      .set("bytes", bytes)
+      .set_floor(context.ceilings, flops, bytes, t.median_us)
       .set("verified", verdict.ok)
       .set("oracle_diff", verdict.diff);
 }

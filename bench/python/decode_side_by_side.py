@@ -90,8 +90,7 @@ def floor_terms(case: dict) -> tuple[int, float]:
     return traffic, 2.0 * HEADS * HEAD_DIM * case["pairs"]
 
 
-def floor_us(case: dict, ceiling: dict) -> float:
-    traffic, flops = floor_terms(case)
+def floor_us(traffic: int, flops: float, ceiling: dict) -> float:
     return max(traffic / ceiling["copy_tbps"], flops / ceiling["fp8_tflops"]) / 1e6
 
 
@@ -110,7 +109,7 @@ def run_cell(cell, other, sms: int, ceiling: dict, cold: bool) -> dict:
     case = decode_inputs(batch, next_n, avg, block_kv)
     traffic, flops = floor_terms(case)
     row = {"B": batch, "N": next_n, "L": avg, "block_kv": block_kv,
-           "floor_us": floor_us(case, ceiling), "traffic_bytes": traffic, "flops": flops}
+           "floor_us": floor_us(traffic, flops, ceiling), "traffic_bytes": traffic, "flops": flops}
     # Cold caches: the graph's CALLS calls each read their own copy of the KV cache (the other
     # inputs shared) where it is smaller than COLD_BYTES, so that each call finds its keys
     # evicted from L2 by the calls between, as at an engine's decode step, which reads a layer's
