@@ -297,7 +297,7 @@ void print_pattern_header() {
               " meta\n"
               "  +clean: the time clean_logits adds; allowed: 1.1 x masked bytes / copy bandwidth"
               " + 5 us\n"
-              "  %floor: the floor over the median; the floor is the window pairs' FLOPs at the"
+              "  %%floor: the floor over the median; the floor is the window pairs' FLOPs at the"
               " FP8 ceiling or\n"
               "    the bytes (inputs read once, logits written) at the copy ceiling, whichever is"
               " longer (bound)\n"
