@@ -92,6 +92,8 @@ struct BenchContext {
   // decode-grid only: the batch sizes to run instead of the grid's (one run can then stay within
   // a per-command time limit); empty: the grid's.
   std::vector<std::int64_t> grid_batches;
+  // decode-grid only: the next_n values to run instead of the grid's; empty: the grid's.
+  std::vector<std::int64_t> grid_next_ns;
 };
 
 std::vector<Record> run_prefill_bench(const BenchContext& context);

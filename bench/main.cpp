@@ -1,13 +1,14 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
 //   mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] [--quick]
-//                    [--json FILE] [--batch B,B,...]
+//                    [--json FILE] [--batch B,B,...] [--next-n N,N,...]
 //
 // prefill: causal shapes; patterns: the prefill window patterns engines send; decode: paged
 // shapes; host-cost: the host's time per call of the C++ API; all (default): the four.
 // decode-grid: the decode range engines send as a grid (B 1..512 x context 1K..128K x next_n
 // 1..8 x block_kv 32, 64; --quick: a subset); not part of all, whose time budget is fixed.
 // --batch: the grid's batch sizes replaced by these (to split the grid over several runs).
+// --next-n: the grid's next_n values replaced by these (1 to 8).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,12 +27,12 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] "
-               "[--quick] [--json FILE] [--batch B,B,...]\n");
+               "[--quick] [--json FILE] [--batch B,B,...] [--next-n N,N,...]\n");
   return 2;
 }
 
 // "1,8,64" as {1, 8, 64}; empty when any entry is not a positive integer.
-std::vector<std::int64_t> parse_batches(const std::string& list) {
+std::vector<std::int64_t> parse_list(const std::string& list) {
   std::vector<std::int64_t> batches;
   std::size_t begin = 0;
   while (begin <= list.size()) {
@@ -62,8 +63,15 @@ int main(int argc, char** argv) {
     } else if (arg == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (arg == "--batch" && i + 1 < argc) {
-      context.grid_batches = parse_batches(argv[++i]);
+      context.grid_batches = parse_list(argv[++i]);
       if (context.grid_batches.empty()) return usage();
+    } else if (arg == "--next-n" && i + 1 < argc) {
+      context.grid_next_ns = parse_list(argv[++i]);
+      const auto in_range = [](std::int64_t n) { return n <= 8; };
+      if (context.grid_next_ns.empty() ||
+          !std::all_of(context.grid_next_ns.begin(), context.grid_next_ns.end(), in_range)) {
+        return usage();
+      }
     } else {
       return usage();
     }

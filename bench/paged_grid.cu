@@ -193,6 +193,7 @@ void report_group(const Axes& axes, std::int64_t batch, std::int64_t avg_context
 std::vector<Record> run_paged_grid_bench(const BenchContext& context) {
   Axes axes = grid_axes(context.quick);
   if (!context.grid_batches.empty()) axes.batches = context.grid_batches;
+  if (!context.grid_next_ns.empty()) axes.next_ns = context.grid_next_ns;
   const std::int64_t max_next_n = std::ranges::max(axes.next_ns);
   const auto group_size = static_cast<int>(axes.next_ns.size());
   std::vector<Record> records;
