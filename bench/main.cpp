@@ -33,7 +33,7 @@ int usage() {
 
 // "1,8,64" as {1, 8, 64}; empty when any entry is not a positive integer.
 std::vector<std::int64_t> parse_list(const std::string& list) {
-  std::vector<std::int64_t> batches;
+  std::vector<std::int64_t> values;
   std::size_t begin = 0;
   while (begin <= list.size()) {
     const std::size_t end = std::min(list.find(',', begin), list.size());
@@ -41,10 +41,10 @@ std::vector<std::int64_t> parse_list(const std::string& list) {
     char* rest = nullptr;
     const long long value = std::strtoll(entry.c_str(), &rest, 10);
     if (entry.empty() || *rest != '\0' || value < 1) return {};
-    batches.push_back(value);
+    values.push_back(value);
     begin = end + 1;
   }
-  return batches;
+  return values;
 }
 
 }  // namespace
