@@ -73,6 +73,30 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_block_tiles(std::int64_t lo, std:
   return hi > lo ? ceil_div(hi - prefill_tiles_start(lo), kPrefillTileKV) : 0;
 }
 
+// A prefill tile is two halves of kPrefillHalfKV keys, the M side of one math warpgroup's MMA.
+inline constexpr int kPrefillHalfKV = kPrefillTileKV / 2;
+
+// Tiles [begin, end) of a block.
+struct TileRange {
+  std::int32_t begin;
+  std::int32_t end;
+};
+
+// Of a prefill block whose tiles start at key `tiles_start` (prefill_tiles_start), the tiles
+// whose half `half` meets the keys [lo, hi) (lo >= tiles_start): the hull of the windows of one
+// math warpgroup's query rows, so that its half of every other tile holds only -inf. Empty where
+// lo >= hi.
+MQA_HOST_DEVICE constexpr TileRange prefill_half_tiles(std::int64_t tiles_start, int half,
+                                                       std::int64_t lo, std::int64_t hi) {
+  if (lo >= hi) return {0, 0};
+  const std::int64_t first = tiles_start + half * kPrefillHalfKV;  // tile 0's half
+  // The first tile whose half ends past lo (lo - first >= -kPrefillHalfKV), and past the last
+  // one that starts before hi.
+  const auto begin = static_cast<std::int32_t>((lo - first + kPrefillHalfKV) / kPrefillTileKV);
+  const auto end = static_cast<std::int32_t>(hi > first ? ceil_div(hi - first, kPrefillTileKV) : 0);
+  return {begin, end > begin ? end : begin};
+}
+
 // Items a prefill block of `tiles` tiles costs besides them (one item each): what its query load,
 // state and fold add on the critical path of short blocks. Chosen by measurement over the window
 // patterns (docs/perf-notes.md, "Block prices by head count"): at H = 64, 4 (square causal

@@ -171,6 +171,30 @@ TEST(PrefillMetadata, BlockOrderTakesEachBlockOnceAndKnowsItsSuccessor) {
   }
 }
 
+// A tile half is skipped by the math warpgroup whose query rows it holds no key of: the tiles
+// prefill_half_tiles keeps are exactly those whose half meets the rows' keys, for hulls at every
+// offset from the block's first tile (8-aligned, as prefill_tiles_start makes it).
+TEST(PrefillMetadata, HalfTilesAreThoseWhoseKeysMeetTheRows) {
+  constexpr std::int64_t kHalf = kTileKV / 2;
+  for (const std::int64_t tiles_start : {std::int64_t{0}, std::int64_t{8}, std::int64_t{4096}}) {
+    for (int half = 0; half < 2; ++half) {
+      for (std::int64_t lo = tiles_start; lo < tiles_start + 3 * kTileKV; ++lo) {
+        for (std::int64_t hi = lo - 2; hi < tiles_start + 5 * kTileKV; ++hi) {
+          const schedule::TileRange range = schedule::prefill_half_tiles(tiles_start, half, lo, hi);
+          for (std::int32_t t = 0; t < 6; ++t) {
+            const std::int64_t first = tiles_start + t * kTileKV + half * kHalf;
+            const bool meets = lo < hi && first < hi && first + kHalf > lo;
+            ASSERT_EQ(t >= range.begin && t < range.end, meets)
+                << "tiles from " << tiles_start << ", half " << half << ", keys [" << lo << ", "
+                << hi << "), tile " << t;
+          }
+          if (lo >= hi) EXPECT_EQ(range.begin, range.end);
+        }
+      }
+    }
+  }
+}
+
 TEST(PrefillMetadata, SplitsEveryBlockItemEvenly) {
   std::mt19937 gen(101);
   for (int trial = 0; trial < 300; ++trial) {

@@ -12,6 +12,9 @@
 //     logit[q, key] = kscale[key] * (sum_h (w[q, h] / 2) |acc[key, (q, h)]|
 //                                    + sum_s m[q, s] acc[key, (q, s)]).
 // Shorter blocks keep the relu: their fold would not hide under the previous block's tiles.
+// A warpgroup whose half of a tile lies outside the hull of its query group's windows (a block's
+// window edges, causal diagonals: schedule::prefill_half_tiles) skips that tile's MMA and
+// epilogue and stages -inf, which is what they would have given there.
 //
 // Warp roles (640 threads, one CTA per SM, persistent); warpgroup 0's in prefill_producer.cuh,
 // the parameters, constants and shared-memory carve-up in prefill_plan.cuh:
@@ -54,6 +57,7 @@
 
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -84,6 +88,57 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
   }
 }
 
+// One math warpgroup's half of a tile: the MMA of its 64 keys against its query group, then per
+// (key, query) the relu * weight sum over the heads (|x| plus the folded columns where the block
+// folds), reduced over the quad: lane c keeps outputs p = 4i + c (quad_reduce_scatter).
+template <typename T, int kNumHeads, bool kFold, int kHeadDim, int kAccumulators>
+__device__ __forceinline__ void tile_half_sums(const std::uint8_t* keys, const std::uint8_t* q_group,
+                                               float (&acc)[kAccumulators],
+                                               const float4 (&lane_weights)[T::kLaneWeightFours],
+                                               const float2* lane_multipliers,
+                                               float (&sums)[T::kOutputsPerThread]) {
+  wgmma_tile_e4m3_n<2 * kAccumulators, kHeadDim>(acc, keys, q_group);
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+  // The epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
+  float partial[T::kPartials];
+#pragma unroll
+  for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    const float4 w = lane_weights[j / 2];
+    const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const int q = 8 * (j + jj) / kNumHeads;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float x = acc[4 * (j + jj) + 2 * r + c];
+          const float y = kFold ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
+          partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
+        }
+      }
+    }
+  }
+  if constexpr (kFold) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
+    constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
+#pragma unroll
+    for (int j = 0; j < T::kGroupQ / 2; ++j) {
+      const float2 m = lane_multipliers[j];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        partial[r * T::kGroupQ + 2 * j] =
+            fmaf(m.x, acc[kFolded + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
+        partial[r * T::kGroupQ + 2 * j + 1] =
+            fmaf(m.y, acc[kFolded + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
+      }
+    }
+  }
+  quad_reduce_scatter<T::kPartials>(partial, sums);
+}
+
 // Math warpgroups 1-4: per tile, the MMA, then the epilogue (relu * weight head sum, quad
 // reduction, key scale, window), its logits staged in shared memory for the store warp.
 template <typename T, int kHeadDim, int kNumHeads>
@@ -109,6 +164,21 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
 #pragma unroll
     for (int i = 0; i < T::kLaneWeightFours; ++i) lane_weights[i] = my_weights[i];
     const int4* group_windows = state.windows(group);
+    // The tiles whose half (this warpgroup's keys) meets the hull of the group's windows; the
+    // others (a block's window edges, causal diagonals) hold only -inf for these rows and skip
+    // the MMA. Uniform over the warpgroup, as its wgmma needs: every thread reads the same rows.
+    int group_lo = INT_MAX, group_hi = INT_MIN;
+#pragma unroll
+    for (int q = 0; q < T::kGroupQ; ++q) {
+      const int4 window = group_windows[q];
+      if (window.x < window.y) {
+        group_lo = min(group_lo, window.x);
+        group_hi = max(group_hi, window.y);
+      }
+    }
+    const schedule::TileRange mine = schedule::prefill_half_tiles(s.lo, half, group_lo, group_hi);
+    const int computed_begin = min(max(mine.begin, s.first_tile), s.end_tile);
+    const int computed_end = min(max(mine.end, computed_begin), s.end_tile);
     const std::uint8_t* q_group = sh.q_tiles + qb.stage * T::kQBytes + group * T::kGroupBytes;
     sh.q_full[qb.stage].wait(qb.phase);  // the rows (a folded block's landed before q_ready)
     // Folded blocks: the multipliers of the lane's folded columns (term lane % 4 of the group's
@@ -140,7 +210,8 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
       // shorter); every other loop steps the stage and phase, three instructions a tile fewer.
       constexpr bool kCounted = std::is_same_v<Logit, __nv_bfloat16> && kNumHeads == 64;
       unsigned count = kv.phase * T::kStages + kv.stage;
-      for (int t = s.first_tile; t < s.end_tile; ++t) {
+      // The next tile's stage, once its keys have landed (its staging is then free as well).
+      const auto next_stage = [&] {
         const int stage = kCounted ? static_cast<int>(count % T::kStages) : kv.stage;
         sh.kv_full[stage].wait(kCounted ? (count / T::kStages) & 1 : kv.phase);
         if constexpr (kCounted) {
@@ -148,55 +219,14 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         } else {
           kv.advance();
         }
-        const std::uint8_t* keys =
-            sh.kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim;
-        wgmma_tile_e4m3_n<kMmaN, kHeadDim>(acc, keys, q_group);
-        wgmma_wait<0>();
-        fence_accumulators(acc);
-
-        // Epilogue; the other three warpgroups' MMAs keep the tensor cores busy meanwhile.
+        return stage;
+      };
+      const int half_row = half * T::kKeysPerMma + quad_row;
+      // Tile t's logits for the store warp: sums[i] times its key's scale inside its query's
+      // window, -inf outside.
+      const auto stage_logits = [&](int stage, int t, const float (&sums)[T::kOutputsPerThread],
+                                    float kscale0, float kscale1) {
         const int tile_key0 = s.lo + t * T::kTileKV;
-        const int half_row = half * T::kKeysPerMma + quad_row;
-        const float* ks =
-            reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleBytes) + half_row;
-        const float kscale0 = ks[0], kscale1 = ks[8];
-        float partial[T::kPartials];
-#pragma unroll
-        for (int i = 0; i < T::kPartials; ++i) partial[i] = 0.f;
-#pragma unroll
-        for (int j = 0; j < 16; j += 2) {
-          const float4 w = lane_weights[j / 2];
-          const float wj[2][2] = {{w.x, w.y}, {w.z, w.w}};
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const int q = 8 * (j + jj) / kNumHeads;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const float x = acc[4 * (j + jj) + 2 * r + c];
-                const float y = kFold ? fabsf(x) : fmaxf(x, 0.f);  // |x|: an FFMA modifier
-                partial[r * T::kGroupQ + q] = fmaf(wj[jj][c], y, partial[r * T::kGroupQ + q]);
-              }
-            }
-          }
-        }
-        if constexpr (kFold) {  // the folded columns: term lane % 4 of queries 2j, 2j + 1
-          constexpr int kFolded = T::kGroupN / 2;  // accumulator of the first folded column
-#pragma unroll
-          for (int j = 0; j < T::kGroupQ / 2; ++j) {
-            const float2 m = lane_multipliers[j];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              partial[r * T::kGroupQ + 2 * j] =
-                  fmaf(m.x, acc[kFolded + 4 * j + 2 * r], partial[r * T::kGroupQ + 2 * j]);
-              partial[r * T::kGroupQ + 2 * j + 1] =
-                  fmaf(m.y, acc[kFolded + 4 * j + 2 * r + 1], partial[r * T::kGroupQ + 2 * j + 1]);
-            }
-          }
-        }
-        float sums[T::kOutputsPerThread];
-        quad_reduce_scatter<T::kPartials>(partial, sums);
         std::uint8_t* staging = sh.staging + stage * T::kStagingBytes;
 #pragma unroll
         for (int i = 0; i < T::kOutputsPerThread; ++i) {
@@ -217,7 +247,23 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
         }
         fence_async_proxy_shared();  // the store warp's TMA reads them in the async proxy
         sh.sums_full[stage].arrive();  // every thread: each orders its own staged logits
+      };
+      const auto stage_outside = [&](int begin, int end) {  // every key outside the windows
+        const float none[T::kOutputsPerThread] = {};
+        for (int t = begin; t < end; ++t) stage_logits(next_stage(), t, none, 0.f, 0.f);
+      };
+      stage_outside(s.first_tile, computed_begin);
+      for (int t = computed_begin; t < computed_end; ++t) {
+        const int stage = next_stage();
+        float sums[T::kOutputsPerThread];
+        tile_half_sums<T, kNumHeads, kFold, kHeadDim>(
+            sh.kv_tiles + stage * T::kKVBytes + half * T::kKeysPerMma * kHeadDim, q_group, acc,
+            lane_weights, lane_multipliers, sums);
+        const float* ks =
+            reinterpret_cast<const float*>(sh.scale_tiles + stage * T::kScaleBytes) + half_row;
+        stage_logits(stage, t, sums, ks[0], ks[8]);
       }
+      stage_outside(computed_end, s.end_tile);
       if constexpr (kCounted) {
         kv.stage = static_cast<int>(count % T::kStages);
         kv.phase = (count / T::kStages) & 1;
