@@ -214,17 +214,18 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
   constexpr int kFirstRow = C * chunk_rows(H);
   constexpr int kBlocksPerRow = H / 8;
   constexpr int kSecondPartRow = split_mma(kMmaRows, H) ? 128 / H : 0;
+  constexpr int kMinGroupRows = min_group_rows(kMmaRows, H);
   static_assert(2 * sizeof(Accumulators) / sizeof(float) >= chunk_width(kRows, H));
   using Sums = QuadSums<kRows>;
   const int quad = lane % 4;
   const int rows = g.rows - kFirstRow;  // of this group in this chunk
   float part[Sums::kValues];
-#pragma unroll
-  for (int t = 0; t < Sums::kSlots; ++t) {
-    if (t == kSecondPartRow) second_part();
+  // Row t's sums (keys key0 and key0 + 8) into part[2t] and part[2t + 1], 0 past the group.
+  const auto sum_row = [&](int t) {
     float sum0 = 0.0f;
     float sum1 = 0.0f;
-    if (t < kRows && t < rows) {
+    // Rows every group has need no check, so that their FFMA chains can interleave.
+    if (t < kRows && (kFirstRow + t < kMinGroupRows || t < rows)) {
       const auto add_block = [&](int jj, float w0, float w1) {
         const int j = t * kBlocksPerRow + jj;
         sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);
@@ -245,7 +246,19 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
     }
     part[2 * t] = sum0;
     part[2 * t + 1] = sum1;
+  };
+  // The first part's rows in a block of their own (under a condition every group meets), which
+  // keeps the compiler from moving their FFMAs past the wait for the second part, off its MMA.
+  if (rows > 0) {
+#pragma unroll
+    for (int t = 0; t < kSecondPartRow; ++t) sum_row(t);
+  } else {
+#pragma unroll
+    for (int v = 0; v < 2 * kSecondPartRow; ++v) part[v] = 0.0f;
   }
+  second_part();
+#pragma unroll
+  for (int t = kSecondPartRow; t < Sums::kSlots; ++t) sum_row(t);
   float sums[Sums::kKept];
   quad_reduce(part, sums, lane);
   const auto& chunk_rows_out = rows_out.template chunk<C>();
