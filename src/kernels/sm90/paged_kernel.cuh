@@ -104,14 +104,12 @@ static_assert(registers_fit(2) && registers_fit(3) && registers_fit(4),
 // ---- math -----------------------------------------------------------------------------------
 
 // Tile `tile` of group g against chunk C of the queries: the MMA, then the epilogue.
-template <int D, int H, int kMmaRows, int C>
-__device__ __forceinline__ void compute_chunk(const PagedParams& p, const SharedState& s,
-                                              const Group<kMmaRows, true>& g,
+template <int D, int H, int kMmaRows, int C, typename Logit>
+__device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<kMmaRows, true>& g,
                                               const StoreRows<H, kMmaRows>& rows_out,
                                               const std::uint8_t* q_slot,
                                               const LaneWeights<H, kMmaRows>& weights, int tile,
-                                              int stage, const TileScales& scales,
-                                              int lane) {
+                                              int stage, const TileScales& scales, int lane) {
   constexpr int kWidth = chunk_width(rows_in_chunk(kMmaRows, C, H), H);
   // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
   // next, which keeps the register allocator free to overlap them with everything else.
@@ -124,7 +122,7 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
     wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, s.tile(stage), q_slot + 128 * D);
     wgmma_wait<1>();
     fence_accumulators(acc.first);
-    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [&] {
+    chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [&] {
       wgmma_wait<0>();
       fence_accumulators(acc.second);
       s.empty(stage)->arrive();  // keys fully read: hand the stage back (every thread)
@@ -138,11 +136,11 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
     if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
       s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
     }
-    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [] {});
+    chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [] {});
   }
 }
 
-template <int D, int H, int kMmaRows>
+template <int D, int H, int kMmaRows, typename Logit>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
@@ -159,9 +157,11 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   // key0 and key0 + 8 lie in the same block (block_kv >= 32).
   scales.in_block = ((loaded >> (key0 >= p.block_kv ? 1 : 0)) & 1) != 0;  // key0 < 64 = kTileKeys
   scales.stores = scales.in_block || p.clean_logits;
-  compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+  compute_chunk<D, H, kMmaRows, 0, Logit>(s, g, rows_out, q_slot, weights, tile, stage, scales,
+                                          lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
-    compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+    compute_chunk<D, H, kMmaRows, 1, Logit>(s, g, rows_out, q_slot, weights, tile, stage,
+                                            scales, lane);
   }
 }
 
@@ -202,9 +202,18 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     const LaneWeights<H, kMmaRows> weights(fp32_weights, lane % 4);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
     const TileSlots tiles = g.slots(group_begin);
-    for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
-      compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tiles.tile(turn.next),
-                                   turn.stage, turn.phase, key0, lane);
+    // The tile loop, compiled per logit type: a per-store choice costs every tile instructions.
+    const auto run_tiles = [&](auto logit) {
+      for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+        compute_tile<D, H, kMmaRows, decltype(logit)>(p, s, g, rows_out, q_slot, weights,
+                                                      tiles.tile(turn.next), turn.stage,
+                                                      turn.phase, key0, lane);
+      }
+    };
+    if (p.logits_bf16) {
+      run_tiles(__nv_bfloat16{});
+    } else {
+      run_tiles(float{});
     }
     group_begin = tiles.end;
     s.q_empty(q_ring.stage)->arrive();
