@@ -140,22 +140,28 @@ __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<
   }
 }
 
+// The thread's keys in every tile: key0 and key0 + 8 (the accumulator rows it holds), which lie
+// in one block (block_kv >= 32) whose bit in a stage's word of loaded blocks is block_bit.
+struct LaneKeys {
+  int key0;
+  std::uint32_t block_bit;
+};
+
 template <int D, int H, int kMmaRows, typename Logit>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
                                              const std::uint8_t* q_slot,
                                              const LaneWeights<H, kMmaRows>& weights, int tile,
-                                             int stage, std::uint32_t phase, int key0,
-                                             int lane) {
+                                             int stage, std::uint32_t phase,
+                                             const LaneKeys& keys, int lane) {
   s.full(stage)->wait(phase);
   const std::uint32_t loaded = *s.info(stage);
   TileScales scales;
-  scales.key0 = key0;
-  scales.first = s.scales(stage)[key0];
-  scales.second = s.scales(stage)[key0 + 8];
-  // key0 and key0 + 8 lie in the same block (block_kv >= 32).
-  scales.in_block = ((loaded >> (key0 >= p.block_kv ? 1 : 0)) & 1) != 0;  // key0 < 64 = kTileKeys
+  scales.key0 = keys.key0;
+  scales.first = s.scales(stage)[keys.key0];
+  scales.second = s.scales(stage)[keys.key0 + 8];
+  scales.in_block = (loaded & keys.block_bit) != 0;
   scales.stores = scales.in_block || p.clean_logits;
   compute_chunk<D, H, kMmaRows, 0, Logit>(s, g, rows_out, q_slot, weights, tile, stage, scales,
                                           lane);
@@ -188,6 +194,7 @@ template <int D, int H, int kMmaRows>
 __device__ void run_math(const PagedParams& p, const SharedState& s, int math_warpgroup) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
+  const LaneKeys keys{key0, key0 >= p.block_kv ? 2u : 1u};  // key0 < 64 = kTileKeys
   float* fp32_weights = s.fp32_weights(math_warpgroup);
   s.pipeline_ready()->wait(0);
   DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
@@ -207,7 +214,7 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
       for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
         compute_tile<D, H, kMmaRows, decltype(logit)>(p, s, g, rows_out, q_slot, weights,
                                                       tiles.tile(turn.next), turn.stage,
-                                                      turn.phase, key0, lane);
+                                                      turn.phase, keys, lane);
       }
     };
     if (p.logits_bf16) {
