@@ -270,7 +270,7 @@ __device__ __forceinline__ void chunk_epilogue(const Group<kMmaRows, true>& g,
     const int v = Sums::value(quad, i);
     const float scale = v % 2 == 0 ? scales.first : scales.second;  // no dynamic indexing
     store_logit<Logit>(chunk_rows_out.row[i], tile, scales.key0 + 8 * (v % 2), sums[i] * scale,
-                scales);
+                       scales);
   }
 }
 
