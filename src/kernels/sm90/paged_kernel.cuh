@@ -118,8 +118,9 @@ __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<
     SplitAccumulators<kWidth> acc;
     define_registers(acc.first);
     define_registers(acc.second);
-    wgmma_tile_e4m3_n<128, D>(acc.first, s.tile(stage), q_slot);
-    wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, s.tile(stage), q_slot + 128 * D);
+    const std::uint64_t keys = s.tile_descriptor<D>(stage);
+    wgmma_tile_e4m3_n<128, D>(acc.first, keys, kmajor_descriptor<D>(q_slot));
+    wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, keys, kmajor_descriptor<D>(q_slot + 128 * D));
     wgmma_wait<1>();
     fence_accumulators(acc.first);
     chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [&] {
@@ -130,7 +131,8 @@ __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<
   } else {
     float acc[kWidth / 2];
     define_registers(acc);
-    wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile(stage), q_slot + C * chunk_rows(H) * H * D);
+    wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile_descriptor<D>(stage),
+                                 kmajor_descriptor<D>(q_slot + C * chunk_rows(H) * H * D));
     wgmma_wait<0>();
     fence_accumulators(acc);
     if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
