@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/fill_row.cuh"
 #include "kernels/sm90/paged_plan.cuh"
@@ -174,18 +175,20 @@ struct StoreRows {
   }
 };
 
-// Stores the sum of key `key` of tile `tile` in `row`, or -inf, or nothing (see the coverage
-// rules at the top), deciding by predicates rather than branches.
-__device__ __forceinline__ void store_logit(const PagedParams& p, const StoreRow& row, int tile,
-                                            int key, float value, const TileScales& scales) {
+// Stores the sum of key `key` of tile `tile` in `row` as a Logit (float or bf16), or -inf, or
+// nothing (see the coverage rules at the top), deciding by predicates rather than branches.
+template <typename Logit>
+__device__ __forceinline__ void store_logit(const StoreRow& row, int tile, int key, float value,
+                                            const TileScales& scales) {
   const int pos = tile * kTileKeys + key;
   const bool inside = pos < row.keys && scales.in_block;
   const bool write = pos >= row.lo && pos < row.hi && scales.stores;
   const float out = inside ? value : -INFINITY;
-  if (write && p.logits_bf16) {
-    reinterpret_cast<__nv_bfloat16*>(row.address)[pos] = __float2bfloat16_rn(out);
+  if constexpr (std::is_same_v<Logit, __nv_bfloat16>) {
+    if (write) reinterpret_cast<__nv_bfloat16*>(row.address)[pos] = __float2bfloat16_rn(out);
+  } else {
+    if (write) reinterpret_cast<float*>(row.address)[pos] = out;
   }
-  if (write && !p.logits_bf16) reinterpret_cast<float*>(row.address)[pos] = out;
 }
 
 // The accumulators of a chunk whose MMA is issued in two parts (split_mma): its first 128
@@ -203,8 +206,8 @@ struct SplitAccumulators {
 // H >= 8 an 8-column block j lies in one row, t = j / (H / 8). With split_mma, `second_part`
 // runs before the first row of the MMA's second part is read (it waits for that part); otherwise
 // it runs first.
-template <int H, int kMmaRows, int C, typename Accumulators, typename SecondPart>
-__device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group<kMmaRows, true>& g,
+template <int H, int kMmaRows, int C, typename Logit, typename Accumulators, typename SecondPart>
+__device__ __forceinline__ void chunk_epilogue(const Group<kMmaRows, true>& g,
                                                const StoreRows<H, kMmaRows>& rows_out,
                                                const Accumulators& acc,
                                                const LaneWeights<H, kMmaRows>& weights, int tile,
@@ -214,17 +217,18 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
   constexpr int kFirstRow = C * chunk_rows(H);
   constexpr int kBlocksPerRow = H / 8;
   constexpr int kSecondPartRow = split_mma(kMmaRows, H) ? 128 / H : 0;
+  constexpr int kMinGroupRows = min_group_rows(kMmaRows, H);
   static_assert(2 * sizeof(Accumulators) / sizeof(float) >= chunk_width(kRows, H));
   using Sums = QuadSums<kRows>;
   const int quad = lane % 4;
   const int rows = g.rows - kFirstRow;  // of this group in this chunk
   float part[Sums::kValues];
-#pragma unroll
-  for (int t = 0; t < Sums::kSlots; ++t) {
-    if (t == kSecondPartRow) second_part();
+  // Row t's sums (keys key0 and key0 + 8) into part[2t] and part[2t + 1], 0 past the group.
+  const auto sum_row = [&](int t) {
     float sum0 = 0.0f;
     float sum1 = 0.0f;
-    if (t < kRows && t < rows) {
+    // Rows every group has need no check, so that their FFMA chains can interleave.
+    if (t < kRows && (kFirstRow + t < kMinGroupRows || t < rows)) {
       const auto add_block = [&](int jj, float w0, float w1) {
         const int j = t * kBlocksPerRow + jj;
         sum0 = fmaf(w0, fmaxf(acc[4 * j + 0], 0.0f), sum0);
@@ -245,7 +249,19 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
     }
     part[2 * t] = sum0;
     part[2 * t + 1] = sum1;
+  };
+  // The first part's rows in a block of their own (under a condition every group meets), which
+  // keeps the compiler from moving their FFMAs past the wait for the second part, off its MMA.
+  if (rows > 0) {
+#pragma unroll
+    for (int t = 0; t < kSecondPartRow; ++t) sum_row(t);
+  } else {
+#pragma unroll
+    for (int v = 0; v < 2 * kSecondPartRow; ++v) part[v] = 0.0f;
   }
+  second_part();
+#pragma unroll
+  for (int t = kSecondPartRow; t < Sums::kSlots; ++t) sum_row(t);
   float sums[Sums::kKept];
   quad_reduce(part, sums, lane);
   const auto& chunk_rows_out = rows_out.template chunk<C>();
@@ -253,8 +269,8 @@ __device__ __forceinline__ void chunk_epilogue(const PagedParams& p, const Group
   for (int i = 0; i < Sums::kKept; ++i) {
     const int v = Sums::value(quad, i);
     const float scale = v % 2 == 0 ? scales.first : scales.second;  // no dynamic indexing
-    store_logit(p, chunk_rows_out.row[i], tile, scales.key0 + 8 * (v % 2), sums[i] * scale,
-                scales);
+    store_logit<Logit>(chunk_rows_out.row[i], tile, scales.key0 + 8 * (v % 2), sums[i] * scale,
+                       scales);
   }
 }
 

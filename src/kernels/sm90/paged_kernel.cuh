@@ -104,14 +104,12 @@ static_assert(registers_fit(2) && registers_fit(3) && registers_fit(4),
 // ---- math -----------------------------------------------------------------------------------
 
 // Tile `tile` of group g against chunk C of the queries: the MMA, then the epilogue.
-template <int D, int H, int kMmaRows, int C>
-__device__ __forceinline__ void compute_chunk(const PagedParams& p, const SharedState& s,
-                                              const Group<kMmaRows, true>& g,
+template <int D, int H, int kMmaRows, int C, typename Logit>
+__device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<kMmaRows, true>& g,
                                               const StoreRows<H, kMmaRows>& rows_out,
                                               const std::uint8_t* q_slot,
                                               const LaneWeights<H, kMmaRows>& weights, int tile,
-                                              int stage, const TileScales& scales,
-                                              int lane) {
+                                              int stage, const TileScales& scales, int lane) {
   constexpr int kWidth = chunk_width(rows_in_chunk(kMmaRows, C, H), H);
   // The accumulators live for one chunk only: no value flows from one tile (or chunk) to the
   // next, which keeps the register allocator free to overlap them with everything else.
@@ -120,11 +118,12 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
     SplitAccumulators<kWidth> acc;
     define_registers(acc.first);
     define_registers(acc.second);
-    wgmma_tile_e4m3_n<128, D>(acc.first, s.tile(stage), q_slot);
-    wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, s.tile(stage), q_slot + 128 * D);
+    const std::uint64_t keys = s.tile_descriptor<D>(stage);
+    wgmma_tile_e4m3_n<128, D>(acc.first, keys, kmajor_descriptor<D>(q_slot));
+    wgmma_tile_e4m3_n<kWidth - 128, D>(acc.second, keys, kmajor_descriptor<D>(q_slot + 128 * D));
     wgmma_wait<1>();
     fence_accumulators(acc.first);
-    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [&] {
+    chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [&] {
       wgmma_wait<0>();
       fence_accumulators(acc.second);
       s.empty(stage)->arrive();  // keys fully read: hand the stage back (every thread)
@@ -132,36 +131,45 @@ __device__ __forceinline__ void compute_chunk(const PagedParams& p, const Shared
   } else {
     float acc[kWidth / 2];
     define_registers(acc);
-    wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile(stage), q_slot + C * chunk_rows(H) * H * D);
+    wgmma_tile_e4m3_n<kWidth, D>(acc, s.tile_descriptor<D>(stage),
+                                 kmajor_descriptor<D>(q_slot + C * chunk_rows(H) * H * D));
     wgmma_wait<0>();
     fence_accumulators(acc);
     if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
       s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
     }
-    chunk_epilogue<H, kMmaRows, C>(p, g, rows_out, acc, weights, tile, scales, lane, [] {});
+    chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [] {});
   }
 }
 
-template <int D, int H, int kMmaRows>
+// The thread's keys in every tile: key0 and key0 + 8 (the accumulator rows it holds), which lie
+// in one block (block_kv >= 32) whose bit in a stage's word of loaded blocks is block_bit.
+struct LaneKeys {
+  int key0;
+  std::uint32_t block_bit;
+};
+
+template <int D, int H, int kMmaRows, typename Logit>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
                                              const std::uint8_t* q_slot,
                                              const LaneWeights<H, kMmaRows>& weights, int tile,
-                                             int stage, std::uint32_t phase, int key0,
-                                             int lane) {
+                                             int stage, std::uint32_t phase,
+                                             const LaneKeys& keys, int lane) {
   s.full(stage)->wait(phase);
   const std::uint32_t loaded = *s.info(stage);
   TileScales scales;
-  scales.key0 = key0;
-  scales.first = s.scales(stage)[key0];
-  scales.second = s.scales(stage)[key0 + 8];
-  // key0 and key0 + 8 lie in the same block (block_kv >= 32).
-  scales.in_block = ((loaded >> (key0 >= p.block_kv ? 1 : 0)) & 1) != 0;  // key0 < 64 = kTileKeys
+  scales.key0 = keys.key0;
+  scales.first = s.scales(stage)[keys.key0];
+  scales.second = s.scales(stage)[keys.key0 + 8];
+  scales.in_block = (loaded & keys.block_bit) != 0;
   scales.stores = scales.in_block || p.clean_logits;
-  compute_chunk<D, H, kMmaRows, 0>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+  compute_chunk<D, H, kMmaRows, 0, Logit>(s, g, rows_out, q_slot, weights, tile, stage, scales,
+                                          lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
-    compute_chunk<D, H, kMmaRows, 1>(p, s, g, rows_out, q_slot, weights, tile, stage, scales, lane);
+    compute_chunk<D, H, kMmaRows, 1, Logit>(s, g, rows_out, q_slot, weights, tile, stage,
+                                            scales, lane);
   }
 }
 
@@ -188,6 +196,7 @@ template <int D, int H, int kMmaRows>
 __device__ void run_math(const PagedParams& p, const SharedState& s, int math_warpgroup) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
+  const LaneKeys keys{key0, key0 >= p.block_kv ? 2u : 1u};  // key0 < 64 = kTileKeys
   float* fp32_weights = s.fp32_weights(math_warpgroup);
   s.pipeline_ready()->wait(0);
   DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
@@ -202,9 +211,18 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     const LaneWeights<H, kMmaRows> weights(fp32_weights, lane % 4);
     const std::uint8_t* q_slot = s.q_slot(q_ring.stage);
     const TileSlots tiles = g.slots(group_begin);
-    for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
-      compute_tile<D, H, kMmaRows>(p, s, g, rows_out, q_slot, weights, tiles.tile(turn.next),
-                                   turn.stage, turn.phase, key0, lane);
+    // The tile loop, compiled per logit type: a per-store choice costs every tile instructions.
+    const auto run_tiles = [&](auto logit) {
+      for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
+        compute_tile<D, H, kMmaRows, decltype(logit)>(p, s, g, rows_out, q_slot, weights,
+                                                      tiles.tile(turn.next), turn.stage,
+                                                      turn.phase, keys, lane);
+      }
+    };
+    if (p.logits_bf16) {
+      run_tiles(__nv_bfloat16{});
+    } else {
+      run_tiles(float{});
     }
     group_begin = tiles.end;
     s.q_empty(q_ring.stage)->arrive();

@@ -133,6 +133,19 @@ __host__ __device__ constexpr int varlen_group_rows(int heads) {
   const int by_width = 128 / heads;  // not std::min, for the reason chunk_rows gives
   return by_width < kMaxVarlenGroupRows ? by_width : kMaxVarlenGroupRows;
 }
+// The fewest rows of a group that an instance for `mma_rows` rows computes: the varlen form's
+// groups from one row up in the instance of varlen_group_rows, else the smallest row count that
+// mma_rows_for maps to it. Its epilogue sums the rows below that without checking the group's.
+__host__ __device__ constexpr int min_group_rows(int mma_rows, int heads) {
+  if (mma_rows == mma_rows_for(varlen_group_rows(heads), heads)) return 1;
+  int rows = mma_rows;
+  while (rows > 1 && mma_rows_for(rows - 1, heads) == mma_rows) --rows;
+  return rows;
+}
+static_assert(min_group_rows(1, 64) == 1 && min_group_rows(2, 64) == 1 &&
+              min_group_rows(4, 64) == 4 && min_group_rows(8, 64) == 8 &&
+              min_group_rows(4, 32) == 1 && min_group_rows(6, 32) == 5 &&
+              min_group_rows(8, 32) == 7);
 static_assert(math_warpgroups(1, 64) == 4 && math_warpgroups(2, 64) == 3 &&
               math_warpgroups(3, 64) == 2 && math_warpgroups(8, 16) == 3 &&
               math_warpgroups(8, 32) == 2 && math_warpgroups(varlen_group_rows(64), 64) == 3);

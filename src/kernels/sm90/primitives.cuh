@@ -285,15 +285,14 @@ __device__ __forceinline__ void wgmma_m64nNk32_e4m3(float (&d)[Size], std::uint6
 #undef MQA_SM90_ACC_PLACEHOLDERS_6
 #undef MQA_SM90_ACC_PLACEHOLDERS_7
 
-// The full K = RowBytes product of one K-major A tile (64 rows) and B tile (N rows) into the
-// first N / 2 registers of `d` (overwritten), committed as one group. The caller waits for the
-// group (wgmma_wait) and fences `d` (fence_accumulators) before reading it; touching `d` earlier
-// would make the compiler serialize the wgmma pipeline.
+// The full K = RowBytes product of one K-major A tile (64 rows) and B tile (N rows), given by
+// their descriptors (kmajor_descriptor) or addresses, into the first N / 2 registers of `d`
+// (overwritten), committed as one group. The caller waits for the group (wgmma_wait) and fences
+// `d` (fence_accumulators) before reading it; touching `d` earlier would make the compiler
+// serialize the wgmma pipeline.
 template <int N, int RowBytes, int Size>
-__device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], const void* a_tile,
-                                                  const void* b_tile) {
-  const std::uint64_t desc_a = kmajor_descriptor<RowBytes>(a_tile);
-  const std::uint64_t desc_b = kmajor_descriptor<RowBytes>(b_tile);
+__device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], std::uint64_t desc_a,
+                                                  std::uint64_t desc_b) {
   fence_accumulators(d);
   wgmma_fence();
 #pragma unroll
@@ -302,6 +301,13 @@ __device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], const void* 
                            advance_descriptor(desc_b, 32 * k), k > 0);
   }
   wgmma_commit();
+}
+
+template <int N, int RowBytes, int Size>
+__device__ __forceinline__ void wgmma_tile_e4m3_n(float (&d)[Size], const void* a_tile,
+                                                  const void* b_tile) {
+  wgmma_tile_e4m3_n<N, RowBytes>(d, kmajor_descriptor<RowBytes>(a_tile),
+                                 kmajor_descriptor<RowBytes>(b_tile));
 }
 
 }  // namespace mqa_logits::sm90
