@@ -1,6 +1,6 @@
 // How the CUDA backend launches its kernels: each kernel's dynamic shared-memory limit raised
-// once per device, and programmatic dependent launch, which lets a kernel's prologue overlap its
-// predecessor in the stream.
+// once per device, programmatic dependent launch, which lets a kernel's prologue overlap its
+// predecessor in the stream, and clusters (how many of them fit the device at once).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,24 +34,65 @@ void allow_all_dynamic_smem(int device, const char* name) {
   configured_devices.fetch_or(bit, std::memory_order_release);
 }
 
+// The launch attribute that groups CTAs into clusters of `ctas` along x.
+inline cudaLaunchAttribute cluster_attribute(unsigned ctas) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = ctas;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
 // Launches `kernel` with programmatic dependent launch allowed: its prologue may run while the
 // previous kernel of the stream finishes; the kernel calls cudaGridDependencySynchronize() before
-// it touches global memory.
+// it touches global memory. In clusters of `cluster_ctas` CTAs along x where that is over 1.
 template <typename... Params, typename... Args>
-void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
-                         cudaStream_t stream, const char* name, const Args&... args) {
+void launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                  std::size_t smem_bytes, unsigned cluster_ctas,
+                                  cudaStream_t stream, const char* name, const Args&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1] = cluster_attribute(cluster_ctas);
+  config.attrs = attributes;
+  config.numAttrs = cluster_ctas > 1 ? 2 : 1;
   check_cuda(cudaLaunchKernelEx(&config, kernel, args...), name);
   check_cuda(cudaGetLastError(), name);
+}
+
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
+                         cudaStream_t stream, const char* name, const Args&... args) {
+  launch_programmatic_clusters(kernel, grid, block, smem_bytes, 1, stream, name, args...);
+}
+
+// Clusters of `cluster_ctas` CTAs of kKernel (`block` threads, `smem_bytes` of dynamic shared
+// memory) that `device`, the current device, runs at once. Queried on a kernel's first call on a
+// device only: for a kernel whose registers hold one CTA an SM, the count does not depend on the
+// call.
+template <auto kKernel>
+int resident_clusters(int device, dim3 block, std::size_t smem_bytes, unsigned cluster_ctas,
+                      const char* name) {
+  static std::atomic<int> known[kMaxDevices] = {};  // 0: not queried yet; else the count + 1
+  const int seen = known[device].load(std::memory_order_acquire);
+  if (seen != 0) return seen - 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(cluster_ctas);
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  cudaLaunchAttribute cluster = cluster_attribute(cluster_ctas);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  check_cuda(cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config), name);
+  known[device].store(clusters + 1, std::memory_order_release);
+  return clusters;
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -1,5 +1,5 @@
-// Launch of the sm90 decode kernel for one (format, head dim, heads, MMA rows) instance, and the
-// pick of the MMA rows for a call. Included by the generated instance files (one per (format,
+// Launch of the sm90 decode kernel for one (format, head dim, heads, MMA rows, paired) instance,
+// and the pick of the instance for a call. Included by the generated instance files (one per (format,
 // head dim, heads): src/kernels/sm90/paged_instance.cu.in), so the instances compile in parallel.
 #pragma once
 
@@ -19,6 +19,13 @@
 
 namespace mqa_logits::cuda_backend {
 
+// Whether the kernel loads the keys by TMA: TMA needs 16-byte strides; other block strides
+// (multiples of 4) take the cp.async path. With no blocks at all every block id is invalid and no
+// key is ever loaded.
+inline bool keys_by_tma(const PagedProblem& problem) {
+  return problem.num_blocks > 0 && problem.block_stride_bytes % 16 == 0;
+}
+
 // The kernel parameters of `problem` for the instance (D, H, mma_rows), TMA maps included.
 template <int D, int H>
 sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_rows,
@@ -37,9 +44,7 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   params.q_map =
       make_tensor_map_2d(problem.q, CU_TENSOR_MAP_DATA_TYPE_UINT8,
                          static_cast<std::uint64_t>(pairs), D, D, paged::kQBoxRows, D, swizzle);
-  // TMA needs 16-byte strides; other block strides (multiples of 4) take the cp.async path. With
-  // no blocks at all every block id is invalid and no key is ever loaded.
-  params.kv_tma = problem.num_blocks > 0 && problem.block_stride_bytes % 16 == 0;
+  params.kv_tma = keys_by_tma(problem);
   if (params.kv_tma) {
     const auto bk = static_cast<std::uint64_t>(problem.block_kv);
     params.kv_map = make_tensor_map_3d(problem.kv_cache, CU_TENSOR_MAP_DATA_TYPE_UINT8,
@@ -65,6 +70,7 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   params.max_context_len = problem.max_context_len;
   params.key_cap =
       schedule::paged_key_cap(problem.max_context_len, problem.max_blocks, problem.block_kv);
+  params.workers = problem.schedule_workers;
   params.units = static_cast<int>(problem.batch);
   params.next_n = static_cast<int>(problem.next_n);
   params.lens_cols = problem.context_lens_2d ? static_cast<int>(problem.next_n) : 1;
@@ -79,8 +85,11 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   return params;
 }
 
-template <int D, int H, int kMmaRows>
-void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
+// Launches the instance (D, H, kMmaRows, kPaired): one CTA per worker of the metadata, or a pair
+// of CTAs per two workers. A paired instance launches only if every pair of its grid runs at
+// once (a pair takes two SMs of one GPC), and otherwise returns false.
+template <int D, int H, int kMmaRows, bool kPaired>
+bool launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   namespace paged = sm90::paged;
   // 1024 bytes go to aligning the dynamic shared memory base for the swizzled tiles.
   constexpr std::uint32_t kAlignmentSlack = 1024;
@@ -91,41 +100,53 @@ void launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps,
                 "every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline)");
   const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, kBudget);
-  constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows>;
+  constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows, kPaired>;
+  constexpr const char* kName = "paged_logits_kernel launch";
   const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
   allow_all_dynamic_smem<kernel>(problem.device.index, "cudaFuncSetAttribute(paged_logits_kernel)");
 
+  constexpr int kCtas = kPaired ? 2 : 1;
+  const int clusters = (problem.schedule_workers + kCtas - 1) / kCtas;
+  const dim3 block(paged::kernel_threads(kMmaRows, H));
+  if (kPaired && resident_clusters<kernel>(problem.device.index, block, smem_bytes, kCtas,
+                                           "cudaOccupancyMaxActiveClusters(paged_logits_kernel)") <
+                     clusters) {
+    return false;
+  }
   // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
-  launch_programmatic(kernel, dim3(static_cast<unsigned>(problem.schedule_workers)),
-                      dim3(paged::kernel_threads(kMmaRows, H)),
-                      static_cast<std::size_t>(smem_bytes), stream, "paged_logits_kernel launch",
-                      params);
+  launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(clusters * kCtas)), block,
+                               static_cast<std::size_t>(smem_bytes), kCtas, stream, kName, params);
+  return true;
 }
 
 // The instance of (format, D, H) for the call's groups: the MMA rows that mma_rows_for picks for
-// its group rows (each instance serves groups of up to its rows). The row counts compiled are
-// those mma_rows_for maps to themselves.
+// the rows a CTA computes (each instance serves groups of up to its rows), on CTA pairs where
+// pairs_groups says so, the keys come by TMA and the pairs fit. The row counts compiled are those
+// mma_rows_for maps to themselves.
 template <Format kFormat, int D, int H>
 void launch_paged_group(const PagedProblem& problem, cudaStream_t stream) {
   static_assert(kFormat == Format::kFP8, "the sm90 decode kernel reads FP8 queries and keys");
   namespace paged = sm90::paged;
   const int group_rows = problem.indices != nullptr ? paged::varlen_group_rows(H)
                                                     : static_cast<int>(problem.next_n);
-  const int mma_rows = paged::mma_rows_for(group_rows, H);
-  const auto launch_if = [&]<int kMmaRows>() {
-    if constexpr (paged::mma_rows_for(kMmaRows, H) == kMmaRows) {
-      if (mma_rows == kMmaRows) {
-        launch_paged<D, H, kMmaRows>(problem, stream);
-        return true;
+  const bool paired = problem.indices == nullptr && paged::pairs_groups(group_rows, H) &&
+                      keys_by_tma(problem);
+  const auto launch_rows = [&]<bool kPaired>(int rows) {
+    const int mma_rows = paged::mma_rows_for(rows, H);
+    const auto launch_if = [&]<int kMmaRows>() {
+      if constexpr (paged::mma_rows_for(kMmaRows, H) == kMmaRows &&
+                    (!kPaired || paged::pair_instance(kMmaRows, H))) {
+        if (mma_rows == kMmaRows) return launch_paged<D, H, kMmaRows, kPaired>(problem, stream);
       }
-    }
-    return false;
+      return false;
+    };
+    return [&]<int... kRows>(std::integer_sequence<int, kRows...>) {
+      return (launch_if.template operator()<kRows + 1>() || ...);
+    }(std::make_integer_sequence<int, paged::kMaxGroupRows>{});
   };
-  const bool launched = [&]<int... kRows>(std::integer_sequence<int, kRows...>) {
-    return (launch_if.template operator()<kRows + 1>() || ...);
-  }(std::make_integer_sequence<int, paged::kMaxGroupRows>{});
-  if (!launched) {
-    throw InvalidArgument("q", "no decode kernel for " + std::to_string(mma_rows) + " rows");
+  if (paired && launch_rows.template operator()<true>(paged::pair_rows(group_rows))) return;
+  if (!launch_rows.template operator()<false>(group_rows)) {
+    throw InvalidArgument("q", "no decode kernel for " + std::to_string(group_rows) + " rows");
   }
 }
 

@@ -371,6 +371,41 @@ TEST_F(PagedGpu, AnyWorkerCountGivesTheSameLogits) {
   }
 }
 
+// CTA pairs (paged_plan.cuh, "CTA pairs"): groups of 5-8 rows at H = 64 whose keys come by TMA
+// run on clusters of two CTAs. Odd next_n (the second CTA's rows fewer than its instance's), a
+// batch that is not a multiple of two, odd worker counts (the last pair alone on one worker's
+// segment), one worker (one pair on one segment), block_kv 32 and 64, invalid block ids, 1-D and
+// 2-D lengths; every worker count gives the same logits, and the cp.async path (block strides TMA
+// cannot address: one CTA a worker) agrees with the float64 oracle on the same values.
+TEST_F(PagedGpu, PairedCtas) {
+  for (int next_n : {5, 6, 7, 8}) {
+    for (int block_kv : {32, 64}) {
+      PagedSpec s = base_spec(50 + next_n);
+      s.next_n = next_n;
+      s.block_kv = block_kv;
+      s.batch = 3;
+      s.lens_2d = next_n % 2 == 0;
+      s.clean_logits = block_kv == 32;
+      std::vector<std::byte> first;
+      for (int workers : {1, 3, 7, 0}) {  // 0: get_num_sms()
+        SCOPED_TRACE(describe(s) + " workers " + std::to_string(workers));
+        PagedCase c(s, {.invalid_every = 5, .workers = workers});
+        const auto gpu = c.gpu_logits();
+        if (first.empty()) {
+          gpu_test::expect_matches_cpu(c.workload(), gpu, c.cpu_logits());
+          expect_padding_untouched(c.workload(), gpu);
+          first = gpu;
+        } else {
+          EXPECT_EQ(gpu, first);
+        }
+      }
+      s.extra_block_stride_bytes = 4;
+      SCOPED_TRACE(describe(s));
+      run_and_compare(s, {.invalid_every = 5, .workers = 7});
+    }
+  }
+}
+
 TEST_F(PagedGpu, DeepSeekDecodeShape) {
   PagedSpec s = base_spec(34);
   s.batch = 16;
@@ -538,16 +573,23 @@ TEST_F(PagedGpu, CheckingModeRefusesWhatTheCpuRefuses) {
 }
 
 // Every code path once, small: TMA and cp.async keys, block_kv 32 and 64, one and two MMA chunks,
-// a chunk's MMA in two parts, varlen groups, invalid block ids, clean and unclean, bf16 output.
+// a chunk's MMA in two parts, CTA pairs, varlen groups, invalid block ids, clean and unclean, bf16
+// output.
 TEST_F(PagedGpu, CompactForSanitizer) {
   PagedSpec s = base_spec(40);
   s.batch = 3;
   s.avg_context = 300;
-  s.next_n = 6;
+  s.next_n = 6;  // two chunks: cp.async keys keep the group on one CTA
   s.lens_2d = true;
   s.block_kv = 32;
+  s.extra_block_stride_bytes = 12;
   run_and_compare(s, {.invalid_every = 4, .workers = 4});
+  s.next_n = 7;  // CTA pairs, the last pair alone on one worker's segment
+  s.lens_2d = false;
+  s.extra_block_stride_bytes = 0;
+  run_and_compare(s, {.invalid_every = 4, .workers = 3});
   s.next_n = 4;  // one chunk, its MMA in two parts
+  s.lens_2d = true;
   s.block_kv = 64;
   run_and_compare(s, {.workers = 5});
   s.next_n = 1;

@@ -1,6 +1,6 @@
 // sm90 decode kernel: FP8 paged_mqa_logits (docs/contract.md, "Decode"), persistent, one CTA per
-// worker of the schedule metadata (paged_plan.cuh says how a worker's segment becomes groups and
-// tiles).
+// worker of the schedule metadata, or a pair of CTAs per two workers for groups wider than one
+// chunk (paged_plan.cuh says how a worker's segment becomes groups and tiles, and when CTAs pair).
 //
 // Tiling. A tile is 64 consecutive key positions of one group: the M side of wgmma (keys K-major
 // in shared memory, swizzled by the row width D by TMA). The N side is the group's rows times H
@@ -28,6 +28,14 @@
 // three warpgroups would break both: the tile four back would belong to another warpgroup.)
 // The ring's barriers are initialized after the wait for the previous kernel, by a math thread,
 // and published by one more barrier (pipeline_ready) that thread 0 sets up before the wait.
+//
+// CTA pairs (kPaired; paged_plan.cuh, "CTA pairs"): both CTAs of a cluster of two walk the same
+// tiles into the same stages. Each producer expects the whole tile on its own full barrier and
+// issues half of it (one 32-key box and its scales) multicast to both CTAs; each empty barrier
+// counts both CTAs' math warpgroups (the other's as one arrival for 128), so neither producer
+// refills a stage that either CTA still reads, and the argument above holds for the pair as for
+// one CTA. The pair's cluster barrier is passed once the barriers of both are initialized (before
+// any access to the other CTA) and once more before either CTA exits.
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
@@ -65,7 +73,7 @@
 // weight slot) + one fp32 weight copy per math warpgroup + stages x (64 x D key bytes + 256
 // bytes of scales + 4) + barriers, within the opt-in maximum (227 KB on H100 / H200).
 //
-// Coverage: (row, tile) pairs are owned by exactly one worker; the owner writes every column of
+// Coverage: (row, tile) pairs are owned by exactly one worker (one CTA of its pair); the owner writes every column of
 // the tile below max_context_len that is below the row's length rounded up to 64: the logit where
 // the key is inside the window (position < length, block id valid), else -inf when
 // clean_logits. The cleaners write the columns past that, so with clean_logits every element
@@ -103,8 +111,20 @@ static_assert(registers_fit(2) && registers_fit(3) && registers_fit(4),
 
 // ---- math -----------------------------------------------------------------------------------
 
+// Hands stage `stage` back to its producer once this thread's MMAs have read it: every thread
+// arrives (an arrival releases only its own reads). In a pair, whose producers refill both CTAs'
+// stages, the warpgroup's first thread also arrives for all 128 on the other CTA's barrier: its
+// wait for the MMA (wgmma is collective over the warpgroup) saw every read of it complete.
+template <bool kPaired>
+__device__ __forceinline__ void release_stage(const SharedState& s, int stage) {
+  s.empty(stage)->arrive();
+  if constexpr (kPaired) {
+    if (threadIdx.x % 128 == 0) arrive_on_cta(s.empty(stage), pair_rank() ^ 1, 128);
+  }
+}
+
 // Tile `tile` of group g against chunk C of the queries: the MMA, then the epilogue.
-template <int D, int H, int kMmaRows, int C, typename Logit>
+template <int D, int H, int kMmaRows, bool kPaired, int C, typename Logit>
 __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<kMmaRows, true>& g,
                                               const StoreRows<H, kMmaRows>& rows_out,
                                               const std::uint8_t* q_slot,
@@ -126,7 +146,7 @@ __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<
     chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [&] {
       wgmma_wait<0>();
       fence_accumulators(acc.second);
-      s.empty(stage)->arrive();  // keys fully read: hand the stage back (every thread)
+      release_stage<kPaired>(s, stage);  // keys fully read
     });
   } else {
     float acc[kWidth / 2];
@@ -135,8 +155,8 @@ __device__ __forceinline__ void compute_chunk(const SharedState& s, const Group<
                                  kmajor_descriptor<D>(q_slot + C * chunk_rows(H) * H * D));
     wgmma_wait<0>();
     fence_accumulators(acc);
-    if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read: hand the stage back
-      s.empty(stage)->arrive();  // every thread: an arrival releases only its own reads
+    if constexpr (C == chunk_count(kMmaRows, H) - 1) {  // keys fully read
+      release_stage<kPaired>(s, stage);
     }
     chunk_epilogue<H, kMmaRows, C, Logit>(g, rows_out, acc, weights, tile, scales, lane, [] {});
   }
@@ -149,7 +169,7 @@ struct LaneKeys {
   std::uint32_t block_bit;
 };
 
-template <int D, int H, int kMmaRows, typename Logit>
+template <int D, int H, int kMmaRows, bool kPaired, typename Logit>
 __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedState& s,
                                              const Group<kMmaRows, true>& g,
                                              const StoreRows<H, kMmaRows>& rows_out,
@@ -165,11 +185,11 @@ __device__ __forceinline__ void compute_tile(const PagedParams& p, const SharedS
   scales.second = s.scales(stage)[keys.key0 + 8];
   scales.in_block = (loaded & keys.block_bit) != 0;
   scales.stores = scales.in_block || p.clean_logits;
-  compute_chunk<D, H, kMmaRows, 0, Logit>(s, g, rows_out, q_slot, weights, tile, stage, scales,
-                                          lane);
+  compute_chunk<D, H, kMmaRows, kPaired, 0, Logit>(s, g, rows_out, q_slot, weights, tile, stage,
+                                                   scales, lane);
   if constexpr (chunk_count(kMmaRows, H) > 1) {  // always run: it hands the stage back
-    compute_chunk<D, H, kMmaRows, 1, Logit>(s, g, rows_out, q_slot, weights, tile, stage,
-                                            scales, lane);
+    compute_chunk<D, H, kMmaRows, kPaired, 1, Logit>(s, g, rows_out, q_slot, weights, tile, stage,
+                                                     scales, lane);
   }
 }
 
@@ -192,17 +212,18 @@ __device__ void copy_weights_fp32(const PagedParams& p, const SharedState& s, in
   named_barrier_sync(barrier, 128);
 }
 
-template <int D, int H, int kMmaRows>
+template <int D, int H, int kMmaRows, bool kPaired>
 __device__ void run_math(const PagedParams& p, const SharedState& s, int math_warpgroup) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int key0 = 16 * static_cast<int>((threadIdx.x / 32) % kWarpsPerWarpgroup) + lane / 4;
   const LaneKeys keys{key0, key0 >= p.block_kv ? 2u : 1u};  // key0 < 64 = kTileKeys
   float* fp32_weights = s.fp32_weights(math_warpgroup);
   s.pipeline_ready()->wait(0);
+  if constexpr (kPaired) pair_wait();  // the other CTA's barriers, on which it arrives, are set up
   DealtRingPosition<math_warpgroups(kMmaRows, H)> turn(math_warpgroup);
   RingPosition<kQSlots> q_ring;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
-  for_each_group<kMmaRows, true>(p, [&](const Group<kMmaRows, true>& g) {
+  for_each_group<kMmaRows, true, kPaired>(p, [&](const Group<kMmaRows, true>& g) {
     const StoreRows<H, kMmaRows> rows_out(p, g, lane % 4);
     // Every math warpgroup waits for every group's q, even one without tiles of its own, so that
     // its q_empty arrival never runs a phase ahead of the other warpgroups'.
@@ -214,9 +235,9 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
     // The tile loop, compiled per logit type: a per-store choice costs every tile instructions.
     const auto run_tiles = [&](auto logit) {
       for (; turn.next < tiles.end; turn.advance(p.smem.stages)) {
-        compute_tile<D, H, kMmaRows, decltype(logit)>(p, s, g, rows_out, q_slot, weights,
-                                                      tiles.tile(turn.next), turn.stage,
-                                                      turn.phase, keys, lane);
+        compute_tile<D, H, kMmaRows, kPaired, decltype(logit)>(p, s, g, rows_out, q_slot, weights,
+                                                               tiles.tile(turn.next), turn.stage,
+                                                               turn.phase, keys, lane);
       }
     };
     if (p.logits_bf16) {
@@ -232,18 +253,21 @@ __device__ void run_math(const PagedParams& p, const SharedState& s, int math_wa
 
 // ---- the kernel -----------------------------------------------------------------------------
 
-template <int D, int H, int kMmaRows>
+template <int D, int H, int kMmaRows, bool kPaired>
 __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     paged_logits_kernel(const __grid_constant__ PagedParams params) {
   static_assert(D == 32 || D == 64 || D == 128);
   static_assert(H == 8 || H == 16 || H == 32 || H == 64,
                 "the decode kernel's chunks and epilogue are written for H = 8, 16, 32 and 64");
   static_assert(kMmaRows == mma_rows_for(kMmaRows, H), "not an instance mma_rows_for picks");
+  static_assert(!kPaired || pair_instance(kMmaRows, H), "not an instance a pair runs");
   extern __shared__ std::uint8_t smem_raw[];
   const std::uint32_t misalignment = smem_address(smem_raw) % 1024;
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
 
-  if (threadIdx.x / 32 == 1) prefetch_launch_inputs(params, static_cast<int>(threadIdx.x % 32));
+  if (threadIdx.x / 32 == 1) {
+    prefetch_launch_inputs<kPaired>(params, static_cast<int>(threadIdx.x % 32));
+  }
   if (threadIdx.x == 0) {
     s.pipeline_ready()->init(1);
     fence_barrier_init();
@@ -266,7 +290,9 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   if (threadIdx.x == 128) {
     for (int stage = 0; stage < params.smem.stages; ++stage) {
       s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
-      s.empty(stage)->init(128);                      // the math warpgroup computing the stage
+      // The math warpgroup computing the stage, and in a pair the other CTA's (one arrival for
+      // its 128 threads: release_stage).
+      s.empty(stage)->init(kPaired ? 2 * 128 : 128);
     }
     for (int slot = 0; slot < kQSlots; ++slot) {
       s.q_full(slot)->init(1);
@@ -275,20 +301,30 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     fence_barrier_init();
     s.pipeline_ready()->arrive();
   }
+  // A pair's barriers are set up once every thread of both CTAs has arrived here (thread 128
+  // after its inits); each thread waits for that before its first access to the other CTA.
+  if constexpr (kPaired) pair_arrive();
 
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
   if (warpgroup == 0) {
     lower_register_budget<kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32);
     if (warp < loading_warps(math_warpgroups(kMmaRows, H))) {
-      run_producer<D, H, kMmaRows>(params, s, warp);
+      run_producer<D, H, kMmaRows, kPaired>(params, s, warp);
+    } else if constexpr (kPaired) {
+      pair_wait();
     }
     run_cleaner(params, warp);
   } else {
     raise_register_budget<math_registers(math_warpgroups(kMmaRows, H))>();
     // Broadcast from lane 0 so that the compiler knows it is warp-uniform: the stage ring and the
     // wgmma descriptors derived from it then live in uniform registers.
-    run_math<D, H, kMmaRows>(params, s, __shfl_sync(0xffffffffu, warpgroup - 1, 0));
+    run_math<D, H, kMmaRows, kPaired>(params, s, __shfl_sync(0xffffffffu, warpgroup - 1, 0));
+  }
+  // No CTA of a pair leaves while the other may still arrive on its barriers.
+  if constexpr (kPaired) {
+    pair_arrive();
+    pair_wait();
   }
 }
 

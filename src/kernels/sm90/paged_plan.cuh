@@ -127,6 +127,34 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
   return 128 * (1 + math_warpgroups(mma_rows, heads));
 }
 
+// ---- CTA pairs --------------------------------------------------------------------------------
+// A group wider than one chunk (H = 64, next_n 5-8) runs on a pair of CTAs, a cluster of two on
+// two SMs, where the call allows it (the launcher's choice: keys by TMA, not varlen, every pair of
+// the grid resident at once). Pair k walks the union of the metadata's workers 2k and 2k + 1 (the
+// metadata is the one of unpaired calls: rows 2k and min(2k + 2, workers)); each of its CTAs loads
+// every key tile of it, issuing half the tile's boxes multicast to both, and computes its own
+// rows of each group: CTA r rows [r * pair_rows, ...), in the instance for pair_rows rows, one
+// chunk whose MMA is issued in two parts. Each SM then streams the keys of two workers for half
+// the rows, the same work as before, but with the one-chunk instance's epilogue in place of two
+// chunks a tile.
+__host__ __device__ constexpr bool pairs_groups(int group_rows, int heads) {
+  return chunk_count(group_rows, heads) > 1;
+}
+__host__ __device__ constexpr int pair_rows(int group_rows) { return (group_rows + 1) / 2; }
+// The instances pairs run: those of the pair rows of the groups that pair (one chunk each).
+__host__ __device__ constexpr bool pair_instance(int mma_rows, int heads) {
+  for (int rows = chunk_rows(heads) + 1; rows <= kMaxGroupRows; ++rows) {
+    if (mma_rows_for(pair_rows(rows), heads) == mma_rows) return true;
+  }
+  return false;
+}
+static_assert(!pairs_groups(4, 64) && pairs_groups(5, 64) && !pairs_groups(8, 32));
+static_assert(pair_instance(3, 64) && pair_instance(4, 64) && !pair_instance(2, 64) &&
+              !pair_instance(8, 32) && chunk_count(pair_rows(kMaxGroupRows), 64) == 1);
+
+// This CTA's rank in its pair: clusters of two along x hold CTAs 2k and 2k + 1.
+__device__ __forceinline__ int pair_rank() { return static_cast<int>(blockIdx.x % 2); }
+
 // Rows of a varlen group: up to 4, as long as they fit one 128-column chunk, so that a group of
 // one row (no sharing to be had) still costs no more than the memory-bound minimum.
 __host__ __device__ constexpr int varlen_group_rows(int heads) {
@@ -238,6 +266,7 @@ struct PagedParams {
   std::int64_t logits_row_stride;
   std::int64_t max_context_len;
   std::int64_t key_cap;  // keys any row can have: min(max_context_len, max_blocks * block_kv)
+  int workers;           // of the schedule metadata (its rows less one)
   int units;             // sequences, or rows in the varlen form
   int next_n;            // rows per sequence (1 in the varlen form)
   int group_rows;        // rows of the largest group: next_n, or varlen_group_rows(H)
@@ -351,15 +380,32 @@ struct Group {
   }
 };
 
-// Worker k's items: [(g0, i0), (g1, i1)) from metadata rows k and k + 1.
+// The metadata rows that bound this CTA's segment: worker k's are rows k and k + 1, a pair's
+// (CTAs 2k, 2k + 1) rows 2k and min(2k + 2, workers).
+struct SegmentRows {
+  int first;
+  int end;
+};
+
+template <bool kPaired>
+__device__ __forceinline__ SegmentRows segment_rows(const PagedParams& p) {
+  const int cta = static_cast<int>(blockIdx.x);
+  if constexpr (kPaired) {
+    const int first = cta - pair_rank();
+    return {first, std::min(first + 2, p.workers)};
+  }
+  return {cta, cta + 1};
+}
+
+// The items [(g0, i0), (g1, i1)) between two rows of the metadata.
 struct Segment {
   int g0, i0, g1, i1;
 };
 
-__device__ __forceinline__ Segment read_segment(const std::int32_t* meta, int worker) {
-  const std::int32_t* row = meta + static_cast<std::int64_t>(worker) * schedule::kMetaCols;
-  return {row[0] > 0 ? row[0] : 0, row[1] > 0 ? row[1] : 0, row[schedule::kMetaCols],
-          row[schedule::kMetaCols + 1]};
+__device__ __forceinline__ Segment read_segment(const std::int32_t* meta, SegmentRows rows) {
+  const std::int32_t* first = meta + static_cast<std::int64_t>(rows.first) * schedule::kMetaCols;
+  const std::int32_t* end = meta + static_cast<std::int64_t>(rows.end) * schedule::kMetaCols;
+  return {first[0] > 0 ? first[0] : 0, first[1] > 0 ? first[1] : 0, end[0], end[1]};
 }
 
 // Tiles of a unit's row inside the segment: its items [ib, ie) cut at its key count.
@@ -381,20 +427,23 @@ __device__ __forceinline__ RowTiles row_tiles(const Segment& seg, int unit, int 
 // The group starting at `unit`; `*next` receives the unit after it. Units at or past `unit_end`
 // belong to later workers. Every row's length is read once, all rows' reads issued together: at
 // a call's start they are one link of the chain of dependent reads before the first keys load.
-template <int kRows, bool kKeepRows>
+// In a pair (kPaired; never the varlen form) the group's tiles are those of all its rows, as the
+// other CTA walks them too, and its rows (first_row, rows, row) are this CTA's.
+template <int kRows, bool kKeepRows, bool kPaired>
 __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams& p,
                                                               const Segment& seg, int unit,
                                                               int unit_end, int* next) {
+  constexpr int kGroupRows = kPaired ? kMaxGroupRows : kRows;  // rows a group may have
   Group<kRows, kKeepRows> g;
-  const bool varlen = p.indices != nullptr;
+  const bool varlen = !kPaired && p.indices != nullptr;
   // Row t's length as stored. The rows of a sequence share its unit; varlen rows are units of
   // their own, read before the indices that say which of them join this group (so that the two
   // reads overlap).
   const int rows_to_read = varlen ? std::min(kRows, p.units - unit) : p.next_n;
-  int length[kRows];  // int32 lengths, clamped at 0
+  int length[kGroupRows];  // int32 lengths, clamped at 0
   int longest = 0;
 #pragma unroll
-  for (int t = 0; t < kRows; ++t) {
+  for (int t = 0; t < kGroupRows; ++t) {
     length[t] = 0;
     if (t < rows_to_read) {
       length[t] = static_cast<int>(varlen ? stored_row_length(p, unit + t, 0)
@@ -403,31 +452,39 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
     longest = std::max(longest, length[t]);
   }
   std::int64_t table_row = unit;
+  int group_rows = p.next_n;
   if (!varlen) {
     g.first_row = unit * p.next_n;
-    g.rows = p.next_n;
     *next = unit + 1;
   } else {
     table_row = p.indices[unit];
     int end = unit + 1;
     while (end < unit_end && end - unit < p.group_rows && p.indices[end] == table_row) ++end;
     g.first_row = unit;
-    g.rows = end - unit;
+    group_rows = end - unit;
     *next = end;
   }
+  const int own_first = kPaired ? pair_rank() * pair_rows(p.next_n) : 0;  // this CTA's rows
+  g.first_row += own_first;
+  g.rows = kPaired ? std::min(pair_rows(p.next_n), group_rows - own_first) : group_rows;
   const bool table_valid = table_row >= 0 && table_row < p.table_rows;
   g.table = table_valid ? p.block_table + table_row * p.table_row_stride : nullptr;
 
   // A sequence's items are those of its longest row (schedule::paged_unit_length).
   const int shared_items = static_cast<int>(schedule::paged_group_items(longest));
 #pragma unroll
-  for (int t = 0; t < kRows; ++t) {
-    if (t < g.rows) {
+  for (int t = 0; t < kGroupRows; ++t) {
+    if (t < group_rows) {
       const int items =
           varlen ? static_cast<int>(schedule::paged_group_items(length[t])) : shared_items;
       const RowTiles r =
           row_tiles(seg, varlen ? unit + t : unit, items, row_key_count(p, length[t], table_valid));
-      if constexpr (kKeepRows) g.row[t] = r;
+      if constexpr (kKeepRows) {
+#pragma unroll
+        for (int u = 0; u < kRows; ++u) {  // constant indices keep g in registers
+          if (t == own_first + u) g.row[u] = r;
+        }
+      }
       g.key_limit = r.keys > g.key_limit ? r.keys : g.key_limit;
       if (t == 0) {
         g.lead.merge(r);
@@ -440,17 +497,17 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
 }
 
 // Calls fn(group) for every group of this CTA's segment that has tiles, in order; groups have at
-// most kRows >= p.group_rows rows. Every role of the CTA walks the same sequence; garbage
-// metadata can only make the walk shorter (units are bounded by p.units), never read out of
-// bounds.
-template <int kRows, bool kKeepRows, typename Fn>
+// most kRows >= p.group_rows rows of this CTA. Every role of the CTA (and of its pair) walks the
+// same sequence; garbage metadata can only make the walk shorter (units are bounded by p.units),
+// never read out of bounds.
+template <int kRows, bool kKeepRows, bool kPaired, typename Fn>
 __device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
-  const Segment seg = read_segment(p.schedule_meta, static_cast<int>(blockIdx.x));
+  const Segment seg = read_segment(p.schedule_meta, segment_rows<kPaired>(p));
   const int unit_end = std::min(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
   for (int unit = seg.g0; unit < unit_end;) {
     int next = unit + 1;
     const Group<kRows, kKeepRows> group =
-        load_group<kRows, kKeepRows>(p, seg, unit, unit_end, &next);
+        load_group<kRows, kKeepRows, kPaired>(p, seg, unit, unit_end, &next);
     if (group.has_tiles()) fn(group);
     unit = next;
   }

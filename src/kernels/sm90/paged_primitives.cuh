@@ -1,6 +1,6 @@
 // Building blocks that only the decode kernel uses: its dealt stage ring, L2 prefetches that
-// keep a line, 3-D TMA and plain bulk loads, and 4-byte asynchronous copies. What both kernels
-// use is in primitives.cuh.
+// keep a line, 3-D TMA and plain bulk loads (multicast to a CTA pair as well), the pair's
+// barriers, and 4-byte asynchronous copies. What both kernels use is in primitives.cuh.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,45 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, std::uint3
                                           Barrier* bar) {
   ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, dst, src, bytes, &bar->word);
 }
+
+// ---- CTA pairs (clusters of two along x: CTAs 2k and 2k + 1) ---------------------------------
+
+// Both CTAs of the pair: the loads below write the same shared-memory offsets of each and
+// complete bytes on the barrier at the same offset in each. (A value, not a constant: cuda::ptx
+// takes the mask by reference, which device code cannot bind to a namespace-scope constant.)
+__device__ __forceinline__ std::uint16_t pair_mask() { return 0b11; }
+
+__device__ __forceinline__ void tma_load_3d_pair(void* dst, const CUtensorMap* map, std::int32_t x,
+                                                 std::int32_t y, std::int32_t z, Barrier* bar) {
+  const std::int32_t coords[3] = {x, y, z};
+  ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, dst, map, coords, &bar->word,
+                            pair_mask());
+}
+
+__device__ __forceinline__ void bulk_load_pair(void* dst, const void* src, std::uint32_t bytes,
+                                               Barrier* bar) {
+  ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, dst, src, bytes, &bar->word,
+                     pair_mask());
+}
+
+// `count` arrivals on the barrier at the offset of `bar` in the cluster's CTA `rank` (mapa,
+// which cuda::ptx lacks). Relaxed: it publishes no data, only that reads this thread waited for
+// are done (a release at cluster scope compiles to a GPU-wide memory barrier).
+__device__ __forceinline__ void arrive_on_cta(Barrier* bar, int rank, std::uint32_t count) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(smem_address(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(remote),
+               "r"(count)
+               : "memory");
+}
+
+// The pair's barrier: every thread of both CTAs arrives once and waits once per phase; a thread
+// waits for its phase before it arrives again. Relaxed arrivals: what crosses CTAs through it is
+// the mbarrier inits, which fence_barrier_init publishes at cluster scope.
+__device__ __forceinline__ void pair_arrive() { ptx::barrier_cluster_arrive(ptx::sem_relaxed); }
+__device__ __forceinline__ void pair_wait() { ptx::barrier_cluster_wait(ptx::sem_acquire); }
 
 // 4-byte asynchronous copy global -> shared (any 4-byte aligned source), completed by
 // cp_async_wait_all() in the issuing thread.

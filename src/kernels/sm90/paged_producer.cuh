@@ -88,8 +88,10 @@ __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int 
 
 // Loads the blocks of `mask` (ids[b] for bit b) into stage `stage` once its previous tile is
 // consumed. kTma: lane 0 issues TMA boxes of kKeyBoxRows rows and one bulk copy of scales per
-// block; else every lane copies by cp.async.
-template <int D, bool kTma, int kBlocksPerTile>
+// block; else every lane copies by cp.async. In a pair (kPaired, by TMA only) both CTAs expect the
+// whole tile, and CTA r issues box r of it (kKeyBoxRows keys: the tile's two boxes) and its
+// scales, to both.
+template <int D, bool kTma, int kBlocksPerTile, bool kPaired>
 __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s,
                                           const int (&ids)[kBlocksPerTile], std::uint32_t mask,
                                           int stage, std::uint32_t phase, int lane) {
@@ -104,17 +106,28 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
 #pragma unroll
       for (int b = 0; b < kBlocksPerTile; ++b) {
         if (((mask >> b) & 1) == 0) continue;
+        const std::uint8_t* scales = p.kv_cache + ids[b] * p.block_stride_bytes + kBlockKeys * D;
 #pragma unroll
         for (int row = 0; row < kBlockKeys; row += kKeyBoxRows) {
-          tma_load_3d(s.tile(stage) + (b * kBlockKeys + row) * D, &p.kv_map, 0, row, ids[b], full);
+          std::uint8_t* keys = s.tile(stage) + (b * kBlockKeys + row) * D;
+          if constexpr (kPaired) {
+            static_assert(kTileKeys == 2 * kKeyBoxRows, "a box for each CTA of the pair");
+            if ((b * kBlockKeys + row) / kKeyBoxRows != pair_rank()) continue;
+            tma_load_3d_pair(keys, &p.kv_map, 0, row, ids[b], full);
+            bulk_load_pair(s.scales(stage) + b * kBlockKeys + row, scales + row * kScaleBytes,
+                           kKeyBoxRows * kScaleBytes, full);
+          } else {
+            tma_load_3d(keys, &p.kv_map, 0, row, ids[b], full);
+          }
         }
-        bulk_load(s.scales(stage) + b * kBlockKeys,
-                  p.kv_cache + ids[b] * p.block_stride_bytes + kBlockKeys * D,
-                  kBlockKeys * kScaleBytes, full);
+        if constexpr (!kPaired) {
+          bulk_load(s.scales(stage) + b * kBlockKeys, scales, kBlockKeys * kScaleBytes, full);
+        }
       }
     }
     __syncwarp();
   } else {
+    static_assert(!kPaired, "a pair loads its keys by TMA");
     s.empty(stage)->wait(phase ^ 1);
     copy_tile_async<D, kBlocksPerTile>(p, s, stage, ids, mask, lane);
     if (lane == 0) *s.info(stage) = mask;
@@ -132,11 +145,11 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
 // data left behind might cost the kernels between two calls; their load then waits on HBM
 // (~1 us a call at ~4 groups a CTA: docs/perf-notes.md, "Later groups' table entries kept in
 // L2").
-template <int H, int kMmaRows>
+template <int H, int kMmaRows, bool kPaired>
 __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = kL2LineBytes;
   bool first_group = true;
-  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+  for_each_group<kMmaRows, false, kPaired>(p, [&](const Group<kMmaRows, false>& g) {
     if (first_group) {
       first_group = false;
       return;
@@ -165,8 +178,10 @@ __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int la
 }
 
 // A loading warp's loop: its own tiles (every kLoaders-th slot), their block ids looked up 32
-// tiles at a time, one tile per lane, with the next 32 requested while these are issued.
-template <int D, int H, int kMmaRows, bool kTma, int kBlocksPerTile>
+// tiles at a time, one tile per lane, with the next 32 requested while these are issued. In a
+// pair, the warp waits for the pair's barriers to be set up before its first load (pair_wait:
+// its loads complete on the other CTA's barriers too), or at the end if it loads nothing.
+template <int D, int H, int kMmaRows, bool kPaired, bool kTma, int kBlocksPerTile>
 __device__ void produce(const PagedParams& p, const SharedState& s, int producer) {
   constexpr int kLoaders = loading_warps(math_warpgroups(kMmaRows, H));
   constexpr int kWindowSlots = 32 * kLoaders;
@@ -179,12 +194,17 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   // first tiles, and with them the end of a short call (docs/perf-notes.md, "A call's fixed
   // cost").
   bool later_groups_warmed = producer != kLoaders - 1;
+  bool pair_ready = !kPaired;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence
-  for_each_group<kMmaRows, false>(p, [&](const Group<kMmaRows, false>& g) {
+  for_each_group<kMmaRows, false, kPaired>(p, [&](const Group<kMmaRows, false>& g) {
     const TileSlots tiles = g.slots(group_begin);
     const int entries = cuda::ceil_div(g.key_limit, kTileKeys / kBlocksPerTile);
     // Past the first group a completed phase: it returns at once.
     s.pipeline_ready()->wait(0);
+    if (!pair_ready) {
+      pair_wait();
+      pair_ready = true;
+    }
     if (producer == 0) {
       s.q_empty(q_ring.stage)->wait(q_ring.phase ^ 1);
       if (lane == 0) load_group_queries<D, H, kMmaRows>(p, s, g, q_ring.stage);
@@ -202,9 +222,9 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
         ids[b] = __shfl_sync(0xffffffffu, window.id[b], i);
         if (ids[b] >= 0 && ids[b] < block_limit) mask |= 1u << b;
       }
-      load_tile<D, kTma, kBlocksPerTile>(p, s, ids, mask, turn.stage, turn.phase, lane);
+      load_tile<D, kTma, kBlocksPerTile, kPaired>(p, s, ids, mask, turn.stage, turn.phase, lane);
       if (!later_groups_warmed && turn.next + kLoaders >= p.smem.stages) {
-        prefetch_later_groups<H, kMmaRows>(p, D, lane);
+        prefetch_later_groups<H, kMmaRows, kPaired>(p, D, lane);
         later_groups_warmed = true;
       }
       if (++i == 32) {
@@ -218,24 +238,25 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
     group_begin = tiles.end;
     q_ring.advance();
   });
+  if (!pair_ready) pair_wait();
 }
 
 // The producer loop is compiled once per key path and block size, so that each copy carries only
-// its own state and constants.
-template <int D, int H, int kMmaRows>
+// its own state and constants (a pair's keys come by TMA only: the launcher pairs no other call).
+template <int D, int H, int kMmaRows, bool kPaired>
 __device__ void run_producer(const PagedParams& p, const SharedState& s, int producer) {
   const bool one_block = tile_blocks(p.block_kv) == 1;
-  if (p.kv_tma) {
+  if (kPaired || p.kv_tma) {
     if (one_block) {
-      produce<D, H, kMmaRows, true, 1>(p, s, producer);
+      produce<D, H, kMmaRows, kPaired, true, 1>(p, s, producer);
     } else {
-      produce<D, H, kMmaRows, true, 2>(p, s, producer);
+      produce<D, H, kMmaRows, kPaired, true, 2>(p, s, producer);
     }
   } else {
     if (one_block) {
-      produce<D, H, kMmaRows, false, 1>(p, s, producer);
+      produce<D, H, kMmaRows, false, false, 1>(p, s, producer);
     } else {
-      produce<D, H, kMmaRows, false, 2>(p, s, producer);
+      produce<D, H, kMmaRows, false, false, 2>(p, s, producer);
     }
   }
 }
@@ -247,11 +268,16 @@ __device__ void run_producer(const PagedParams& p, const SharedState& s, int pro
 // need, this CTA's two metadata rows and a 1/grid share of the context lengths. A CTA may start
 // long before the wait returns (as the previous kernel's CTAs leave), with that kernel's stream
 // of keys still passing through L2: evict_last keeps the lines there.
-__device__ inline void prefetch_launch_inputs(const PagedParams& p, int lane) {
+template <bool kPaired>
+__device__ void prefetch_launch_inputs(const PagedParams& p, int lane) {
   constexpr int kLine = kL2LineBytes;
   const auto cta = static_cast<std::int64_t>(blockIdx.x);
   const auto grid = static_cast<std::int64_t>(gridDim.x);
-  if (lane < 2) prefetch_l2_evict_last(p.schedule_meta + (cta + lane) * schedule::kMetaCols);
+  const SegmentRows rows = segment_rows<kPaired>(p);
+  if (lane < 2) {
+    const std::int64_t row = lane == 0 ? rows.first : rows.end;
+    prefetch_l2_evict_last(p.schedule_meta + row * schedule::kMetaCols);
+  }
   const std::int64_t lens_bytes =
       static_cast<std::int64_t>(p.units) * p.lens_cols * sizeof(*p.context_lens);
   const auto* lens = reinterpret_cast<const std::uint8_t*>(p.context_lens);
