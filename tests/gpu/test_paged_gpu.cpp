@@ -374,9 +374,12 @@ TEST_F(PagedGpu, AnyWorkerCountGivesTheSameLogits) {
 // CTA pairs (paged_plan.cuh, "CTA pairs"): groups of 5-8 rows at H = 64 whose keys come by TMA
 // run on clusters of two CTAs. Odd next_n (the second CTA's rows fewer than its instance's), a
 // batch that is not a multiple of two, odd worker counts (the last pair alone on one worker's
-// segment), one worker (one pair on one segment), block_kv 32 and 64, invalid block ids, 1-D and
-// 2-D lengths; every worker count gives the same logits, and the cp.async path (block strides TMA
-// cannot address: one CTA a worker) agrees with the float64 oracle on the same values.
+// segment), one worker (one pair on one segment), block_kv 32 and 64 (where one CTA's half of a
+// tile is an invalid block, that CTA loads nothing of it), invalid block ids, 1-D and 2-D
+// lengths; every worker count gives the same logits, and the cp.async path (block strides TMA
+// cannot address: one CTA a worker) agrees with the float64 oracle on the same values. With the
+// SM count as workers every pair must be resident at once, else the launcher takes one CTA a
+// worker; the other worker counts are pairs on any sm_90 part.
 TEST_F(PagedGpu, PairedCtas) {
   for (int next_n : {5, 6, 7, 8}) {
     for (int block_kv : {32, 64}) {
@@ -403,6 +406,17 @@ TEST_F(PagedGpu, PairedCtas) {
       SCOPED_TRACE(describe(s));
       run_and_compare(s, {.invalid_every = 5, .workers = 7});
     }
+  }
+  // Head dims 64 and 32, and 1-D lengths whose first sequence's rows are all empty or negative
+  // (the first CTA of its pair holds no keys of that group).
+  for (int dim : {64, 32}) {
+    PagedSpec s = base_spec(60 + dim);
+    s.head_dim = dim;
+    s.next_n = 7;
+    s.batch = 3;
+    s.explicit_context_lens = {2, 900, 0};
+    SCOPED_TRACE(describe(s));
+    run_and_compare(s, {.invalid_every = 6, .workers = 3});
   }
 }
 

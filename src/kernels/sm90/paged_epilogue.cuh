@@ -223,7 +223,9 @@ __device__ __forceinline__ void chunk_epilogue(const Group<kMmaRows, true>& g,
   const int quad = lane % 4;
   const int rows = g.rows - kFirstRow;  // of this group in this chunk
   float part[Sums::kValues];
-  // Row t's sums (keys key0 and key0 + 8) into part[2t] and part[2t + 1], 0 past the group.
+  // Row t's sums (keys key0 and key0 + 8) into part[2t] and part[2t + 1]; 0 for rows past the
+  // group, but those below min_group_rows are summed whatever the group holds (StoreRows stores
+  // only the group's rows).
   const auto sum_row = [&](int t) {
     float sum0 = 0.0f;
     float sum1 = 0.0f;

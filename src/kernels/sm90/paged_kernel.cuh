@@ -33,9 +33,18 @@
 // tiles into the same stages. Each producer expects the whole tile on its own full barrier and
 // issues half of it (one 32-key box and its scales) multicast to both CTAs; each empty barrier
 // counts both CTAs' math warpgroups (the other's as one arrival for 128), so neither producer
-// refills a stage that either CTA still reads, and the argument above holds for the pair as for
-// one CTA. The pair's cluster barrier is passed once the barriers of both are initialized (before
-// any access to the other CTA) and once more before either CTA exits.
+// refills a stage that either CTA still reads. Each full barrier also counts both producers (an
+// arrival from each, whether or not its half holds any block): otherwise, where the other CTA's
+// half is empty, this CTA could consume a stage's next tile, and arrive for it on the other CTA's
+// empty barrier, before that barrier's phase for the previous tile had all its local arrivals.
+// With it, a CTA takes a tile only after both producers saw both CTAs release the stage's
+// previous one, and the argument above holds for the pair as for one CTA. The pair's cluster
+// barrier is passed once the barriers of both are initialized (before any access to the other
+// CTA) and once more before either CTA exits, released: its arrivals on the other CTA's barriers
+// are then performed. The remote arrival on an empty barrier is relaxed (a release at cluster
+// scope is a GPU-wide memory barrier, every tile): what it reports is the warpgroup's MMA, whose
+// reads of the stage the arriving thread waited for, and the lanes' loads of the stage's scales
+// and block word, issued before that MMA.
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
@@ -289,7 +298,8 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   // barrier a lane (docs/perf-notes.md, "The pipeline's barriers initialized after the wait").
   if (threadIdx.x == 128) {
     for (int stage = 0; stage < params.smem.stages; ++stage) {
-      s.full(stage)->init(params.kv_tma ? 1 : 32);  // the TMA thread, or the copying warp
+      // The TMA thread (in a pair, both CTAs' TMA threads), or the copying warp.
+      s.full(stage)->init(kPaired ? 2 : params.kv_tma ? 1 : 32);
       // The math warpgroup computing the stage, and in a pair the other CTA's (one arrival for
       // its 128 threads: release_stage).
       s.empty(stage)->init(kPaired ? 2 * 128 : 128);
@@ -323,7 +333,7 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   }
   // No CTA of a pair leaves while the other may still arrive on its barriers.
   if constexpr (kPaired) {
-    pair_arrive();
+    pair_arrive_released();
     pair_wait();
   }
 }

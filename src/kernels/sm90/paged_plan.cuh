@@ -163,7 +163,8 @@ __host__ __device__ constexpr int varlen_group_rows(int heads) {
 }
 // The fewest rows of a group that an instance for `mma_rows` rows computes: the varlen form's
 // groups from one row up in the instance of varlen_group_rows, else the smallest row count that
-// mma_rows_for maps to it. Its epilogue sums the rows below that without checking the group's.
+// mma_rows_for maps to it. Its epilogue sums the rows below that without checking the group's
+// (a pair's CTA may hold fewer: the rows past its own are summed, and never stored).
 __host__ __device__ constexpr int min_group_rows(int mma_rows, int heads) {
   if (mma_rows == mma_rows_for(varlen_group_rows(heads), heads)) return 1;
   int rows = mma_rows;

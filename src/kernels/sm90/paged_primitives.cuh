@@ -83,9 +83,13 @@ __device__ __forceinline__ void arrive_on_cta(Barrier* bar, int rank, std::uint3
 }
 
 // The pair's barrier: every thread of both CTAs arrives once and waits once per phase; a thread
-// waits for its phase before it arrives again. Relaxed arrivals: what crosses CTAs through it is
-// the mbarrier inits, which fence_barrier_init publishes at cluster scope.
+// waits for its phase before it arrives again. A relaxed arrival orders nothing before it (the
+// mbarrier inits cross by fence_barrier_init, at cluster scope); a released one orders all the
+// thread did before, its arrivals on the other CTA's barriers included.
 __device__ __forceinline__ void pair_arrive() { ptx::barrier_cluster_arrive(ptx::sem_relaxed); }
+__device__ __forceinline__ void pair_arrive_released() {
+  ptx::barrier_cluster_arrive(ptx::sem_release);
+}
 __device__ __forceinline__ void pair_wait() { ptx::barrier_cluster_wait(ptx::sem_acquire); }
 
 // 4-byte asynchronous copy global -> shared (any 4-byte aligned source), completed by

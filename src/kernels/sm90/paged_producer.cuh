@@ -89,8 +89,8 @@ __device__ void copy_tile_async(const PagedParams& p, const SharedState& s, int 
 // Loads the blocks of `mask` (ids[b] for bit b) into stage `stage` once its previous tile is
 // consumed. kTma: lane 0 issues TMA boxes of kKeyBoxRows rows and one bulk copy of scales per
 // block; else every lane copies by cp.async. In a pair (kPaired, by TMA only) both CTAs expect the
-// whole tile, and CTA r issues box r of it (kKeyBoxRows keys: the tile's two boxes) and its
-// scales, to both.
+// whole tile, CTA r issues box r of it (kKeyBoxRows keys: the tile's two boxes) and its scales to
+// both, and each producer arrives on both CTAs' full barriers.
 template <int D, bool kTma, int kBlocksPerTile, bool kPaired>
 __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedState& s,
                                           const int (&ids)[kBlocksPerTile], std::uint32_t mask,
@@ -103,6 +103,9 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
       s.empty(stage)->wait(phase ^ 1);
       *s.info(stage) = mask;
       full->arrive_expect_bytes(__popc(mask) * kBlockKeys * (D + kScaleBytes));
+      // The other CTA's full barrier waits for this producer too, even where this CTA loads no
+      // bytes of the tile (paged_kernel.cuh, CTA pairs).
+      if constexpr (kPaired) arrive_on_cta(full, pair_rank() ^ 1, 1);
 #pragma unroll
       for (int b = 0; b < kBlocksPerTile; ++b) {
         if (((mask >> b) & 1) == 0) continue;
