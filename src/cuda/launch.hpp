@@ -73,12 +73,12 @@ void launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block, std::
 }
 
 // Clusters of `cluster_ctas` CTAs of kKernel (`block` threads, `smem_bytes` of dynamic shared
-// memory) that `device`, the current device, runs at once. Queried on a kernel's first call on a
-// device only: for a kernel whose registers hold one CTA an SM, the count does not depend on the
-// call.
+// memory) that `device`, the current device, runs at once; 0 where the device cannot say (the
+// caller then launches without clusters, and no error is left behind). Queried on a kernel's
+// first call on a device only: for a kernel whose registers hold one CTA an SM, the count does not
+// depend on the call.
 template <auto kKernel>
-int resident_clusters(int device, dim3 block, std::size_t smem_bytes, unsigned cluster_ctas,
-                      const char* name) {
+int resident_clusters(int device, dim3 block, std::size_t smem_bytes, unsigned cluster_ctas) {
   static std::atomic<int> known[kMaxDevices] = {};  // 0: not queried yet; else the count + 1
   const int seen = known[device].load(std::memory_order_acquire);
   if (seen != 0) return seen - 1;
@@ -90,7 +90,10 @@ int resident_clusters(int device, dim3 block, std::size_t smem_bytes, unsigned c
   config.attrs = &cluster;
   config.numAttrs = 1;
   int clusters = 0;
-  check_cuda(cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config), name);
+  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // no clusters here: clear what the query set
+    clusters = 0;
+  }
   known[device].store(clusters + 1, std::memory_order_release);
   return clusters;
 }

@@ -1,6 +1,7 @@
 // Launch of the sm90 decode kernel for one (format, head dim, heads, MMA rows, paired) instance,
-// and the pick of the instance for a call. Included by the generated instance files (one per (format,
-// head dim, heads): src/kernels/sm90/paged_instance.cu.in), so the instances compile in parallel.
+// and the pick of the instance for a call. Included by the generated instance files (one per
+// (format, head dim, heads): src/kernels/sm90/paged_instance.cu.in), so the instances compile in
+// parallel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,10 +27,11 @@ inline bool keys_by_tma(const PagedProblem& problem) {
   return problem.num_blocks > 0 && problem.block_stride_bytes % 16 == 0;
 }
 
-// The kernel parameters of `problem` for the instance (D, H, mma_rows), TMA maps included.
+// The kernel parameters of `problem` for an instance of (D, H) whose shared memory `smem` says,
+// TMA maps included.
 template <int D, int H>
-sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_rows,
-                                           std::uint32_t smem_budget) {
+sm90::paged::PagedParams make_paged_params(const PagedProblem& problem,
+                                           const sm90::paged::SmemLayout& smem) {
   namespace paged = sm90::paged;
   paged::PagedParams params{};
   // q rows times heads (plus one q slot of padding) are TMA coordinates (int32), and so bound
@@ -81,7 +83,7 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem, int mma_
   params.clean_logits = problem.clean_logits;
   params.group_rows =
       problem.indices != nullptr ? paged::varlen_group_rows(H) : static_cast<int>(problem.next_n);
-  params.smem = paged::make_smem_layout(D, H, mma_rows, params.weights_bf16 ? 2 : 4, smem_budget);
+  params.smem = smem;
   return params;
 }
 
@@ -99,20 +101,24 @@ bool launch_paged(const PagedProblem& problem, cudaStream_t stream) {
   };
   static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps,
                 "every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline)");
-  const paged::PagedParams params = make_paged_params<D, H>(problem, kMmaRows, kBudget);
+  static_assert(!kPaired || (stages_with(4) % paged::kProducerWarps == 0 &&
+                             stages_with(2) % paged::kProducerWarps == 0),
+                "in a pair one warp loads every tile of a stage (paged_kernel.cuh, CTA pairs)");
   constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows, kPaired>;
   constexpr const char* kName = "paged_logits_kernel launch";
-  const auto smem_bytes = static_cast<int>(params.smem.total_bytes + kAlignmentSlack);
+  const paged::SmemLayout smem = paged::make_smem_layout(
+      D, H, kMmaRows, problem.weights_dtype == DType::kBFloat16 ? 2 : 4, kBudget);
+  const auto smem_bytes = static_cast<int>(smem.total_bytes + kAlignmentSlack);
   allow_all_dynamic_smem<kernel>(problem.device.index, "cudaFuncSetAttribute(paged_logits_kernel)");
 
   constexpr int kCtas = kPaired ? 2 : 1;
   const int clusters = (problem.schedule_workers + kCtas - 1) / kCtas;
   const dim3 block(paged::kernel_threads(kMmaRows, H));
-  if (kPaired && resident_clusters<kernel>(problem.device.index, block, smem_bytes, kCtas,
-                                           "cudaOccupancyMaxActiveClusters(paged_logits_kernel)") <
+  if (kPaired && resident_clusters<kernel>(problem.device.index, block, smem_bytes, kCtas) <
                      clusters) {
     return false;
   }
+  const paged::PagedParams params = make_paged_params<D, H>(problem, smem);
   // The prologue (barrier setup) overlaps the previous kernel, typically the metadata.
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(clusters * kCtas)), block,
                                static_cast<std::size_t>(smem_bytes), kCtas, stream, kName, params);

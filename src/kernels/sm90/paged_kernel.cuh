@@ -32,19 +32,24 @@
 // CTA pairs (kPaired; paged_plan.cuh, "CTA pairs"): both CTAs of a cluster of two walk the same
 // tiles into the same stages. Each producer expects the whole tile on its own full barrier and
 // issues half of it (one 32-key box and its scales) multicast to both CTAs; each empty barrier
-// counts both CTAs' math warpgroups (the other's as one arrival for 128), so neither producer
-// refills a stage that either CTA still reads. Each full barrier also counts both producers (an
-// arrival from each, whether or not its half holds any block): otherwise, where the other CTA's
-// half is empty, this CTA could consume a stage's next tile, and arrive for it on the other CTA's
-// empty barrier, before that barrier's phase for the previous tile had all its local arrivals.
-// With it, a CTA takes a tile only after both producers saw both CTAs release the stage's
-// previous one, and the argument above holds for the pair as for one CTA. The pair's cluster
-// barrier is passed once the barriers of both are initialized (before any access to the other
-// CTA) and once more before either CTA exits, released: its arrivals on the other CTA's barriers
-// are then performed. The remote arrival on an empty barrier is relaxed (a release at cluster
-// scope is a GPU-wide memory barrier, every tile): what it reports is the warpgroup's MMA, whose
-// reads of the stage the arriving thread waited for, and the lanes' loads of the stage's scales
-// and block word, issued before that MMA.
+// counts both CTAs' math warpgroups (the other's as one arrival for 128, by its thread 0 once its
+// wait for the MMA returned), so neither producer refills a stage that either CTA still reads.
+// Each full barrier also counts both producers (an arrival from each, whether or not its half
+// holds any block): otherwise, where the other CTA's half is empty, this CTA could consume a
+// stage's next tile, and arrive for it on the other CTA's empty barrier, before that barrier's
+// phase for the previous tile had all its local arrivals. With it, a CTA takes a tile only after
+// both producers saw both CTAs release the stage's previous one. The argument above then holds
+// for the pair when one warp loads every tile of a stage (the stage count a multiple of the
+// loading warps, which the launcher asserts for paired instances): the other CTA's arrivals for
+// two different stages, by one thread but to different addresses, may land in either order, so a
+// loading warp may rely only on what it waited for itself. (tests/python/test_decode_ring_model.py
+// runs the ring over random interleavings, remote arrivals delivered out of order.) The pair's
+// cluster barrier is passed once the barriers of both are initialized (before any access to the
+// other CTA) and once more before either CTA exits, released: its arrivals on the other CTA's
+// barriers are then performed. What a remote arrival on an empty barrier answers for: the
+// warpgroup's MMA, collective, whose completion thread 0 waited for; and the lanes' loads of the
+// stage's key scales, which the kernel issues before that MMA (an order of the SASS, which no PTX
+// rule gives across threads).
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
@@ -82,11 +87,12 @@
 // weight slot) + one fp32 weight copy per math warpgroup + stages x (64 x D key bytes + 256
 // bytes of scales + 4) + barriers, within the opt-in maximum (227 KB on H100 / H200).
 //
-// Coverage: (row, tile) pairs are owned by exactly one worker (one CTA of its pair); the owner writes every column of
-// the tile below max_context_len that is below the row's length rounded up to 64: the logit where
-// the key is inside the window (position < length, block id valid), else -inf when
-// clean_logits. The cleaners write the columns past that, so with clean_logits every element
-// [0, max_context_len) of every row is written exactly once, and nothing outside it ever is.
+// Coverage: (row, tile) pairs are owned by exactly one worker (one CTA of a pair); the owner
+// writes every column of the tile below max_context_len that is below the row's length rounded up
+// to 64: the logit where the key is inside the window (position < length, block id valid), else
+// -inf when clean_logits. The cleaners write the columns past that, so with clean_logits every
+// element [0, max_context_len) of every row is written exactly once, and nothing outside it ever
+// is.
 #pragma once
 
 #include <cuda.h>
@@ -270,6 +276,8 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
                 "the decode kernel's chunks and epilogue are written for H = 8, 16, 32 and 64");
   static_assert(kMmaRows == mma_rows_for(kMmaRows, H), "not an instance mma_rows_for picks");
   static_assert(!kPaired || pair_instance(kMmaRows, H), "not an instance a pair runs");
+  static_assert(!kPaired || loading_warps(math_warpgroups(kMmaRows, H)) == kProducerWarps,
+                "every warp of warpgroup 0 loads, and so passes the pair's barrier in produce");
   extern __shared__ std::uint8_t smem_raw[];
   const std::uint32_t misalignment = smem_address(smem_raw) % 1024;
   const SharedState s(smem_raw + (misalignment == 0 ? 0 : 1024 - misalignment), params.smem);
@@ -320,9 +328,7 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     lower_register_budget<kProducerRegisters>();
     const int warp = static_cast<int>(threadIdx.x / 32);
     if (warp < loading_warps(math_warpgroups(kMmaRows, H))) {
-      run_producer<D, H, kMmaRows, kPaired>(params, s, warp);
-    } else if constexpr (kPaired) {
-      pair_wait();
+      run_producer<D, H, kMmaRows, kPaired>(params, s, warp);  // waits for the pair's barrier
     }
     run_cleaner(params, warp);
   } else {
