@@ -371,8 +371,8 @@ TEST_F(PagedGpu, AnyWorkerCountGivesTheSameLogits) {
   }
 }
 
-// CTA pairs (paged_plan.cuh, "CTA pairs"): groups of 5-8 rows at H = 64 whose keys come by TMA
-// run on clusters of two CTAs. Odd next_n (the second CTA's rows fewer than its instance's), a
+// CTA pairs (paged_plan.cuh, "CTA pairs"): groups of 6-8 rows at H = 64 whose keys come by TMA
+// run on clusters of two CTAs (next_n = 5, which stays on one CTA a worker, beside them). Odd next_n (the second CTA's rows fewer than its instance's), a
 // batch that is not a multiple of two, odd worker counts (the last pair alone on one worker's
 // segment), one worker (one pair on one segment), block_kv 32 and 64 (where one CTA's half of a
 // tile is an invalid block, that CTA loads nothing of it), invalid block ids, 1-D and 2-D

@@ -1,6 +1,6 @@
 // sm90 decode kernel: FP8 paged_mqa_logits (docs/contract.md, "Decode"), persistent, one CTA per
-// worker of the schedule metadata, or a pair of CTAs per two workers for groups wider than one
-// chunk (paged_plan.cuh says how a worker's segment becomes groups and tiles, and when CTAs pair).
+// worker of the schedule metadata, or a pair of CTAs per two workers for groups of 6-8 rows at
+// H = 64 (paged_plan.cuh says how a worker's segment becomes groups and tiles, and when CTAs pair).
 //
 // Tiling. A tile is 64 consecutive key positions of one group: the M side of wgmma (keys K-major
 // in shared memory, swizzled by the row width D by TMA). The N side is the group's rows times H

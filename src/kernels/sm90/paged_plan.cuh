@@ -129,27 +129,30 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 }
 
 // ---- CTA pairs --------------------------------------------------------------------------------
-// A group wider than one chunk (H = 64, next_n 5-8) runs on a pair of CTAs, a cluster of two on
-// two SMs, where the call allows it (the launcher's choice: keys by TMA, not varlen, every pair of
-// the grid resident at once). Pair k walks the union of the metadata's workers 2k and 2k + 1 (the
-// metadata is the one of unpaired calls: rows 2k and min(2k + 2, workers)); each of its CTAs loads
-// every key tile of it, issuing half the tile's boxes multicast to both, and computes its own
-// rows of each group: CTA r rows [r * pair_rows, ...), in the instance for pair_rows rows, one
-// chunk whose MMA is issued in two parts. Each SM then streams the keys of two workers for half
-// the rows, the same work as before, but with the one-chunk instance's epilogue in place of two
-// chunks a tile.
+// A group at least 2 rows wider than one chunk (H = 64, next_n 6-8) runs on a pair of CTAs, a
+// cluster of two on two SMs, where the call allows it (the launcher's choice: keys by TMA, not
+// varlen, every pair of the grid resident at once). Pair k walks the union of the metadata's
+// workers 2k and 2k + 1 (the metadata is the one of unpaired calls: rows 2k and min(2k + 2,
+// workers)); each of its CTAs loads every key tile of it, issuing half the tile's boxes
+// multicast to both, and computes its own rows of each group: CTA r rows [r * pair_rows, ...),
+// in the instance for pair_rows rows, one chunk whose MMA is issued in two parts. Each SM then
+// streams the keys of two workers for half the rows, the same work as before, but with the
+// one-chunk instance's epilogue in place of two chunks a tile.
+// Measured ("CTA pairs for groups of 5-8 rows" in docs/perf-notes.md): groups of 6-8 rows gain
+// 1-18%, groups of 5 (the second CTA's 2 rows in the 3-row instance) lose 10-11%; so the groups
+// that pair are those at least 2 rows past one chunk.
 __host__ __device__ constexpr bool pairs_groups(int group_rows, int heads) {
-  return chunk_count(group_rows, heads) > 1;
+  return chunk_count(group_rows, heads) > 1 && group_rows - chunk_rows(heads) >= 2;
 }
 __host__ __device__ constexpr int pair_rows(int group_rows) { return (group_rows + 1) / 2; }
 // The instances pairs run: those of the pair rows of the groups that pair (one chunk each).
 __host__ __device__ constexpr bool pair_instance(int mma_rows, int heads) {
-  for (int rows = chunk_rows(heads) + 1; rows <= kMaxGroupRows; ++rows) {
-    if (mma_rows_for(pair_rows(rows), heads) == mma_rows) return true;
+  for (int rows = 1; rows <= kMaxGroupRows; ++rows) {
+    if (pairs_groups(rows, heads) && mma_rows_for(pair_rows(rows), heads) == mma_rows) return true;
   }
   return false;
 }
-static_assert(!pairs_groups(4, 64) && pairs_groups(5, 64) && !pairs_groups(8, 32));
+static_assert(!pairs_groups(5, 64) && pairs_groups(6, 64) && !pairs_groups(8, 32));
 static_assert(pair_instance(3, 64) && pair_instance(4, 64) && !pair_instance(2, 64) &&
               !pair_instance(8, 32) && chunk_count(pair_rows(kMaxGroupRows), 64) == 1);
 
