@@ -12,8 +12,10 @@ namespace {
 
 // Writes row k = (group, item within the group) of the first item of worker k, and row
 // `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the
-// list (more workers than items) gets the end row too.
-void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out) {
+// list (more workers than items) gets the end row too. Decode splits parts of `part_items` items
+// (schedule::paged_split_tiles) and digests `fingerprint_items`, its tiles.
+void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out,
+                 std::int64_t part_items = 1, std::int64_t fingerprint_items = -1) {
   std::int64_t total = 0;
   for (const std::int64_t items : group_items) total += items;
 
@@ -30,9 +32,10 @@ void split_items(const std::vector<std::int64_t>& group_items, int workers, std:
     const bool at_end = group == groups;
     out[k * schedule::kMetaCols] = static_cast<std::int32_t>(group);
     out[k * schedule::kMetaCols + 1] =
-        static_cast<std::int32_t>(at_end ? 0 : begin - group_first_item);
+        static_cast<std::int32_t>(at_end ? 0 : (begin - group_first_item) * part_items);
   }
-  out[workers * schedule::kMetaCols + 1] = schedule::metadata_fingerprint(groups, total);
+  out[workers * schedule::kMetaCols + 1] = schedule::metadata_fingerprint(
+      groups, fingerprint_items < 0 ? total : fingerprint_items);
 }
 
 }  // namespace
@@ -58,13 +61,23 @@ void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::i
                     std::int32_t* out) {
   // In the varlen form (indices given, next_n 1) every row is its own group, exactly as the
   // sequences of next_n = 1 are: the indices only tell the kernel which rows share keys.
-  std::vector<std::int64_t> group_items;
-  group_items.reserve(static_cast<std::size_t>(batch));
+  std::vector<std::int64_t> group_tiles;
+  group_tiles.reserve(static_cast<std::size_t>(batch));
+  std::int64_t parts[schedule::kPagedSplitChoices] = {};
   for (std::int64_t b = 0; b < batch; ++b) {
-    group_items.push_back(schedule::paged_group_items(
+    group_tiles.push_back(schedule::paged_group_items(
         schedule::paged_unit_length(context_lens, lens_2d, lens_cols, b)));
+    for (int c = 0; c < schedule::kPagedSplitChoices; ++c) {
+      parts[c] += schedule::paged_split_parts(group_tiles.back(), c);
+    }
   }
-  split_items(group_items, workers, out);
+  const int choice = schedule::paged_split_choice(parts, workers);
+  std::vector<std::int64_t> group_parts;
+  group_parts.reserve(group_tiles.size());
+  for (const std::int64_t tiles : group_tiles) {
+    group_parts.push_back(schedule::paged_split_parts(tiles, choice));
+  }
+  split_items(group_parts, workers, out, schedule::paged_split_tiles(choice), parts[0]);
 }
 
 }  // namespace mqa_logits::host

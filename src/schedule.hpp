@@ -9,15 +9,19 @@
 // The item list takes the blocks in the folded order of prefill_block_at, so that CTAs drawing
 // short blocks (square causal, packed requests) draw long ones as well.
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
-// length is the largest context length of its rows; its work items are the kPagedSplitTokens-key
-// splits, at least one per group.
+// length is the largest context length of its rows; its work items are its kPagedTileTokens-key
+// tiles, at least one per group. The split cuts the item list only between parts of
+// paged_split_tiles(c) tiles of a group (1, 2 or 4: the choice c of paged_split_choice, made per
+// call from the lengths), so that few tiles a worker and few workers holding two groups bound the
+// call's critical path at small batches as well as large ones.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
 // of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
 // or blocks, fingerprint), the fingerprint a digest of the number of groups and items
 // (metadata_fingerprint) that tells metadata computed for other lengths or windows from the
 // call's. With I items in all, worker k gets items [k * (I / W) + min(k, I % W), ...) —
-// contiguous segments whose sizes differ by at most one.
+// contiguous segments whose sizes differ by at most one (decode: I counts parts of the chosen
+// split, the rows give tiles: the part's first tile).
 // The kernels read row W's first column only.
 #pragma once
 
@@ -37,7 +41,7 @@ inline constexpr int kPrefillTileKV = 128;
 // aligned (fp32 and bf16; in compressed output, where the column is the key less the row's
 // start, only for starts of the same alignment), as the kernel's TMA stores need.
 inline constexpr int kPrefillTileAlign = 8;
-inline constexpr int kPagedSplitTokens = 256;
+inline constexpr int kPagedTileTokens = 64;
 inline constexpr int kMetaCols = 2;
 
 // A prefill block is what one CTA computes against each key tile: two groups of 128 / H query
@@ -114,9 +118,36 @@ MQA_HOST_DEVICE constexpr std::int64_t prefill_block_items(int num_heads, std::i
   return prefill_block_own_items(num_heads, tiles) + tiles;
 }
 
-// The items of a decode group of length `len`.
+// The items (tiles) of a decode group of length `len`.
 MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
-  return len > 0 ? ceil_div(len, kPagedSplitTokens) : 1;
+  return len > 0 ? ceil_div(len, kPagedTileTokens) : 1;
+}
+
+// The decode split's parts: choice c cuts a group's tiles into parts of paged_split_tiles(c), a
+// group of `tiles` tiles holding paged_split_parts(tiles, c) of them.
+inline constexpr int kPagedSplitChoices = 3;
+MQA_HOST_DEVICE constexpr int paged_split_tiles(int choice) { return 1 << choice; }
+MQA_HOST_DEVICE constexpr std::int64_t paged_split_parts(std::int64_t tiles, int choice) {
+  return ceil_div(tiles, paged_split_tiles(choice));
+}
+
+// The choice for a call whose groups hold parts[c] parts in all under choice c, over `workers`:
+// where some choice gives every worker one part at most, the finest such (its workers never hold
+// two groups); else the one whose busiest worker holds the fewest tiles, the coarsest of equals
+// (the measurements: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call").
+MQA_HOST_DEVICE constexpr int paged_split_choice(const std::int64_t (&parts)[kPagedSplitChoices],
+                                                 int workers) {
+  for (int c = 0; c < kPagedSplitChoices; ++c) {
+    if (parts[c] <= workers) return c;
+  }
+  int best = kPagedSplitChoices - 1;
+  for (int c = kPagedSplitChoices - 2; c >= 0; --c) {
+    const auto busiest = [&](int choice) {
+      return ceil_div(parts[choice], workers) * paged_split_tiles(choice);
+    };
+    if (busiest(c) < busiest(best)) best = c;
+  }
+  return best;
 }
 
 // Row W's second column: a digest of the units and items the metadata splits, in [1, 2^31).

@@ -17,7 +17,7 @@ namespace {
 
 constexpr std::int64_t kTileKV = 128;       // keys per prefill tile item
 constexpr std::int64_t kTileAlign = 8;      // a block's first tile starts at a multiple of it
-constexpr std::int64_t kSplitTokens = 256;  // keys per decode item
+constexpr std::int64_t kTileKeys = 64;      // keys per decode item
 
 std::int64_t div_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -58,23 +58,64 @@ std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
   return items;
 }
 
-// Decode: one group per sequence (its longest row), at least one item each.
-std::vector<std::int64_t> paged_items(const std::vector<std::int32_t>& lens, std::int64_t batch,
-                                      std::int64_t cols) {
-  std::vector<std::int64_t> items;
+// Decode: one group per sequence (its longest row), one item per 64-key tile, at least one
+// each; the split is of parts of 1, 2 or 4 of a group's tiles: the finest part length that gives
+// every worker one part at most, else the one whose busiest worker holds the fewest tiles (the
+// longest parts of equals).
+struct PagedSplit {
+  std::vector<std::int64_t> parts;  // per group
+  std::int64_t part_tiles = 1;
+  std::int64_t tiles = 0;  // in all
+};
+
+PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch,
+                       std::int64_t cols, int workers) {
+  std::vector<std::int64_t> tiles;
   for (std::int64_t b = 0; b < batch; ++b) {
     std::int64_t longest = 0;
     for (std::int64_t t = 0; t < cols; ++t) {
       longest = std::max<std::int64_t>(longest, lens[static_cast<std::size_t>(b * cols + t)]);
     }
-    items.push_back(longest > 0 ? div_up(longest, kSplitTokens) : 1);
+    tiles.push_back(longest > 0 ? div_up(longest, kTileKeys) : 1);
   }
-  return items;
+  const auto parts_of = [&](std::int64_t part_tiles) {
+    std::vector<std::int64_t> parts;
+    for (const std::int64_t t : tiles) parts.push_back(div_up(t, part_tiles));
+    return parts;
+  };
+  PagedSplit split;
+  for (const std::int64_t t : tiles) split.tiles += t;
+  std::optional<std::int64_t> chosen;
+  for (const std::int64_t part_tiles : {1, 2, 4}) {
+    std::int64_t total = 0;
+    for (const std::int64_t r : parts_of(part_tiles)) total += r;
+    if (total <= workers) {
+      chosen = part_tiles;
+      break;
+    }
+  }
+  if (!chosen) {
+    std::int64_t fewest = -1;
+    for (const std::int64_t part_tiles : {4, 2, 1}) {
+      std::int64_t total = 0;
+      for (const std::int64_t r : parts_of(part_tiles)) total += r;
+      const std::int64_t busiest = div_up(total, workers) * part_tiles;
+      if (fewest < 0 || busiest < fewest) {
+        fewest = busiest;
+        chosen = part_tiles;
+      }
+    }
+  }
+  split.part_tiles = *chosen;
+  split.parts = parts_of(split.part_tiles);
+  return split;
 }
 
-// Checks `meta` ([workers + 1, 2]) against the per-group item counts.
+// Checks `meta` ([workers + 1, 2]) against the per-group item counts (decode: of parts of
+// `part_tiles` tiles, the rows giving each part's first tile; the fingerprint digests `tiles`).
 void expect_valid_split(const std::vector<std::int32_t>& meta,
-                        const std::vector<std::int64_t>& items, int workers) {
+                        const std::vector<std::int64_t>& items, int workers,
+                        std::int64_t part_tiles = 1, std::int64_t tiles = -1) {
   ASSERT_EQ(meta.size(), static_cast<std::size_t>(2 * (workers + 1)));
   const auto groups = static_cast<std::int64_t>(items.size());
   std::vector<std::int64_t> first_item(items.size() + 1, 0);  // list index of (g, 0)
@@ -86,9 +127,11 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
   std::vector<std::int64_t> position(workers + 1);
   for (int k = 0; k <= workers; ++k) {
     const std::int64_t group = meta[2 * k];
-    const std::int64_t item = k < workers ? meta[2 * k + 1] : 0;
+    const std::int64_t first_tile = k < workers ? meta[2 * k + 1] : 0;
     ASSERT_GE(group, 0);
-    ASSERT_GE(item, 0);
+    ASSERT_GE(first_tile, 0);
+    ASSERT_EQ(first_tile % part_tiles, 0) << "row " << k;
+    const std::int64_t item = first_tile / part_tiles;
     if (group == groups) {
       ASSERT_EQ(item, 0) << "row " << k;
     } else {
@@ -98,7 +141,8 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
     position[k] = first_item[group] + item;
   }
   EXPECT_EQ(meta[2 * workers], groups);
-  EXPECT_EQ(meta[2 * workers + 1], schedule::metadata_fingerprint(groups, total));
+  EXPECT_EQ(meta[2 * workers + 1],
+            schedule::metadata_fingerprint(groups, tiles < 0 ? total : tiles));
   // Contiguous segments from the first item to the last cover every item exactly once...
   EXPECT_EQ(position[0], 0);
   EXPECT_EQ(position[workers], total);
@@ -249,14 +293,15 @@ TEST(PagedMetadata, SplitsEveryGroupItemEvenly) {
   std::mt19937 gen(202);
   for (int trial = 0; trial < 300; ++trial) {
     const PagedCase c = random_paged_case(gen, trial);
-    const auto items = paged_items(c.lens, c.batch, c.cols);
-    for (const int workers : worker_counts(sum(items), gen)) {
+    const std::int64_t tiles = paged_split(c.lens, c.batch, c.cols, 1).tiles;
+    for (const int workers : worker_counts(tiles, gen)) {
       std::vector<std::int32_t> meta(2 * (workers + 1), -7);
       host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
                            meta.data());
       SCOPED_TRACE(testing::Message() << "trial " << trial << " B " << c.batch << " N "
                                       << c.cols << " workers " << workers);
-      expect_valid_split(meta, items, workers);
+      const PagedSplit split = paged_split(c.lens, c.batch, c.cols, workers);
+      expect_valid_split(meta, split.parts, workers, split.part_tiles, split.tiles);
       std::vector<std::int32_t> again(meta.size(), 99);
       host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
                            again.data());
@@ -277,8 +322,8 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
       sequence += std::uniform_int_distribution<int>(0, 1)(gen);  // runs of equal indices
       index = sequence;
     }
-    const auto items = paged_items(c.lens, c.batch, 1);
     const int workers = std::uniform_int_distribution<int>(1, 200)(gen);
+    const PagedSplit split = paged_split(c.lens, c.batch, 1, workers);
     std::vector<std::int32_t> meta(2 * (workers + 1), -7);
     const auto lens = TensorView::contiguous(c.lens.data(), DType::kInt32, {c.batch});
     const auto index_view = TensorView::contiguous(indices.data(), DType::kInt32, {c.batch});
@@ -286,8 +331,28 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
         TensorView::contiguous(meta.data(), DType::kInt32, {schedule_meta_rows(workers), 2});
     get_paged_mqa_logits_metadata(lens, 64, workers, out, index_view);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " workers " << workers);
-    expect_valid_split(meta, items, workers);
+    expect_valid_split(meta, split.parts, workers, split.part_tiles, split.tiles);
   }
+}
+
+// The part length the split takes, on the shapes that decide it: one sequence of 4096 keys (64
+// tiles, one each for 64 of 132 workers), eight of 4096 (128 parts of 4 tiles, one a worker), one
+// of 40000 (625 tiles: at most 5 a worker in parts of 1, against 6 in parts of 2 and 8 in 4) and
+// 32 of 4096 (2048 tiles: 16 a worker at any part length, so the longest parts).
+TEST(PagedMetadata, RunLengthFollowsTheBusiestWorker) {
+  const auto first_tiles = [](std::vector<std::int32_t> lens) {
+    constexpr int kWorkers = 132;
+    std::vector<std::int32_t> meta(2 * (kWorkers + 1), -7);
+    host::paged_metadata(lens.data(), static_cast<std::int64_t>(lens.size()), 1, false, nullptr,
+                         kWorkers, meta.data());
+    return std::vector<std::int32_t>{meta[3], meta[5], meta[7]};  // workers 1-3
+  };
+  EXPECT_EQ(first_tiles({4096}), (std::vector<std::int32_t>{1, 2, 3}));
+  EXPECT_EQ(first_tiles(std::vector<std::int32_t>(8, 4096)),
+            (std::vector<std::int32_t>{4, 8, 12}));
+  EXPECT_EQ(first_tiles({40000}), (std::vector<std::int32_t>{5, 10, 15}));
+  EXPECT_EQ(first_tiles(std::vector<std::int32_t>(32, 4096)),
+            (std::vector<std::int32_t>{16, 32, 48}));
 }
 
 class PrefillMetadataApi : public testing::Test {

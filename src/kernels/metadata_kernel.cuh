@@ -5,13 +5,14 @@
 //
 // One CTA of kMetadataThreads threads (schedule_rows; the prefill kernel runs it too, for its own
 // two rows, when it is given no metadata): thread i counts the items of a contiguous run of units
-// and a block-wide exclusive scan gives every run its first item. Then thread i writes the rows
-// of workers i, i + kMetadataThreads, ...: it finds the run holding the worker's first item by
-// binary search over the runs' first items (every unit has at least one item, so non-empty runs
-// start at increasing items) and walks that run's units to the one holding it (their counts
-// kept in shared memory from the first pass where a run is short). Workers whose
-// segments start at the end of the list (more workers than items) and the final row get (number
-// of units, 0). The cost is one pass over the inputs, a scan and O(workers / threads) work per
+// (decode: their parts under each split choice, of which the totals pick one:
+// schedule::paged_split_choice) and a block-wide exclusive scan gives every run its first item.
+// Then thread i writes the rows of workers i, i + kMetadataThreads, ...: it finds the run holding
+// the worker's first item by binary search over the runs' first items (every unit has at least
+// one item, so non-empty runs start at increasing items) and walks that run's units to the one
+// holding it (their counts kept in shared memory from the first pass where a run is short).
+// Workers whose segments start at the end of the list (more workers than items) and the final
+// row get (number of units, 0). The cost is one pass over the inputs, a scan and O(workers / threads) work per
 // thread, whatever the batch: a few microseconds, dominated by launch latency.
 //
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
@@ -22,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <cub/block/block_scan.cuh>
 
 #include "schedule.hpp"
@@ -45,6 +47,11 @@ struct PrefillUnits {
     const schedule::Window block = window(schedule::prefill_block_at(unit, count()) * block_q);
     return schedule::prefill_block_items(num_heads, block.lo, block.hi);
   }
+  // The split is of the items themselves (one choice).
+  static constexpr int kSplitChoices = 1;
+  __device__ static std::int64_t parts(std::int64_t items, int) { return items; }
+  __device__ static int choose(const std::int64_t (&)[kSplitChoices], int) { return 0; }
+  __device__ static int part_items(int) { return 1; }
 
   // schedule::prefill_block_window of the block from row `first`. A whole block's bounds are
   // read 16 bytes (4 rows) a load where both arrays are 16-byte aligned (block_q is a multiple
@@ -124,6 +131,15 @@ struct PagedUnits {
   __device__ std::int64_t items(std::int64_t unit) const {
     return schedule::paged_group_items(length(unit));
   }
+  // The split is of parts of 1, 2 or 4 tiles, chosen from the totals of each.
+  static constexpr int kSplitChoices = schedule::kPagedSplitChoices;
+  __device__ static std::int64_t parts(std::int64_t tiles, int choice) {
+    return schedule::paged_split_parts(tiles, choice);
+  }
+  __device__ static int choose(const std::int64_t (&parts)[kSplitChoices], int workers) {
+    return schedule::paged_split_choice(parts, workers);
+  }
+  __device__ static int part_items(int choice) { return schedule::paged_split_tiles(choice); }
   // The widest loads the lengths' placement allows (longest_length).
   __device__ std::int64_t length(std::int64_t unit) const {
     if (!lens_2d) return schedule::paged_unit_length(context_lens, false, 1, unit);
@@ -141,10 +157,18 @@ struct PagedUnits {
 // search reads no global memory, which saves one dependent round trip to L2 per call.
 inline constexpr int kCachedRunUnits = 4;
 
+// A thread's parts under each of kChoices split choices; one choice scans a plain int64.
+template <int kChoices>
+struct PartCounts {
+  std::int64_t parts[kChoices];
+};
+template <int kChoices>
+using ScanValue = std::conditional_t<kChoices == 1, std::int64_t, PartCounts<kChoices>>;
+
 // Shared memory of schedule_rows for a CTA of kThreads threads.
-template <int kThreads>
+template <int kThreads, int kChoices = 1>
 struct ScheduleScratch {
-  typename cub::BlockScan<std::int64_t, kThreads>::TempStorage scan;
+  typename cub::BlockScan<ScanValue<kChoices>, kThreads>::TempStorage scan;
   std::int64_t run_first_item[kThreads];
   // A unit's items fit 32 bits: at most 2^31 keys (int32 windows and lengths) per 64 or more.
   std::int32_t run_unit_items[kThreads][kCachedRunUnits];
@@ -154,23 +178,46 @@ struct ScheduleScratch {
 // out[2 * (k - first_row)]. Called by all kThreads threads of the CTA (it synchronizes them).
 template <int kThreads, typename Units>
 __device__ void schedule_rows(const Units& units, int workers, int first_row, int last_row,
-                              ScheduleScratch<kThreads>& scratch, std::int32_t* out) {
+                              ScheduleScratch<kThreads, Units::kSplitChoices>& scratch,
+                              std::int32_t* out) {
+  constexpr int kChoices = Units::kSplitChoices;
   const std::int64_t count = units.count();
   const std::int64_t per_thread = schedule::ceil_div(count, kThreads);
   const std::int64_t begin = threadIdx.x * per_thread < count ? threadIdx.x * per_thread : count;
   const std::int64_t end = begin + per_thread < count ? begin + per_thread : count;
 
-  std::int64_t my_items = 0;
+  PartCounts<kChoices> mine{};
   for (std::int64_t unit = begin; unit < end; ++unit) {
     const std::int64_t items = units.items(unit);
     if (unit - begin < kCachedRunUnits) {
       scratch.run_unit_items[threadIdx.x][unit - begin] = static_cast<std::int32_t>(items);
     }
-    my_items += items;
+#pragma unroll
+    for (int c = 0; c < kChoices; ++c) mine.parts[c] += Units::parts(items, c);
   }
-  std::int64_t first_item = 0;
-  std::int64_t total = 0;
-  cub::BlockScan<std::int64_t, kThreads>(scratch.scan).ExclusiveSum(my_items, first_item, total);
+  // The split's parts: each run's first and their total, under the choice the totals make;
+  // the fingerprint digests the items themselves (choice 0's parts).
+  int choice = 0;
+  std::int64_t first_item = 0, total = 0, fingerprint_items = 0;
+  if constexpr (kChoices == 1) {
+    cub::BlockScan<std::int64_t, kThreads>(scratch.scan)
+        .ExclusiveSum(mine.parts[0], first_item, total);
+    fingerprint_items = total;
+  } else {
+    PartCounts<kChoices> first{}, totals{};
+    const auto sum = [](const PartCounts<kChoices>& a, const PartCounts<kChoices>& b) {
+      PartCounts<kChoices> s;
+#pragma unroll
+      for (int c = 0; c < kChoices; ++c) s.parts[c] = a.parts[c] + b.parts[c];
+      return s;
+    };
+    cub::BlockScan<PartCounts<kChoices>, kThreads>(scratch.scan)
+        .ExclusiveScan(mine, first, PartCounts<kChoices>{}, sum, totals);
+    choice = Units::choose(totals.parts, workers);
+    first_item = first.parts[choice];
+    total = totals.parts[choice];
+    fingerprint_items = totals.parts[0];
+  }
 
   scratch.run_first_item[threadIdx.x] = first_item;
   __syncthreads();
@@ -194,8 +241,10 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
       // The walk stays inside run lo, which holds pos.
       const std::int64_t run_begin = lo * per_thread;
       const auto items_of = [&](std::int64_t u) -> std::int64_t {
-        return u - run_begin < kCachedRunUnits ? scratch.run_unit_items[lo][u - run_begin]
-                                               : units.items(u);
+        return Units::parts(u - run_begin < kCachedRunUnits
+                               ? scratch.run_unit_items[lo][u - run_begin]
+                               : units.items(u),
+                           choice);
       };
       unit = run_begin;
       std::int64_t unit_first = scratch.run_first_item[lo];
@@ -203,9 +252,9 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
         unit_first += items;
         ++unit;
       }
-      offset = pos - unit_first;
+      offset = (pos - unit_first) * Units::part_items(choice);  // the part's first item
     }
-    if (k == workers) offset = schedule::metadata_fingerprint(count, total);
+    if (k == workers) offset = schedule::metadata_fingerprint(count, fingerprint_items);
     out[(k - first_row) * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
     out[(k - first_row) * schedule::kMetaCols + 1] = static_cast<std::int32_t>(offset);
   }
@@ -214,7 +263,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
 template <typename Units>
 __global__ void __launch_bounds__(kMetadataThreads)
     schedule_metadata_kernel(const Units units, int workers, std::int32_t* out) {
-  __shared__ ScheduleScratch<kMetadataThreads> scratch;
+  __shared__ ScheduleScratch<kMetadataThreads, Units::kSplitChoices> scratch;
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   schedule_rows<kMetadataThreads>(units, workers, 0, workers, scratch, out);

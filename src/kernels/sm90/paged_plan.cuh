@@ -4,7 +4,7 @@
 //
 // Work decomposition (see schedule.hpp for the metadata): the metadata gives worker k the items
 // [(g0, i0), (g1, i1)) of a list of units (sequences; rows in the varlen form), an item being
-// kPagedSplitTokens keys of one unit. The kernel turns the segment into groups, rows that share
+// one 64-key tile of a unit (the metadata chooses how many tiles a worker's segment holds). The kernel turns the segment into groups, rows that share
 // one block-table row and so one load of every key: the next_n rows of a sequence, or up to
 // varlen_group_rows(H) consecutive varlen rows with equal indices. Each row of a group keeps its
 // own range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded
@@ -24,12 +24,11 @@
 namespace mqa_logits::sm90::paged {
 
 inline constexpr int kTileKeys = 64;  // keys per tile: the M side of one wgmma
-inline constexpr int kTilesPerItem = schedule::kPagedSplitTokens / kTileKeys;
 // Blocks of one 64-key tile: block_kv is 64 or 32 (a select, not a division, in the producer loop).
 __host__ __device__ constexpr int tile_blocks(int block_kv) {
   return block_kv == kTileKeys ? 1 : 2;
 }
-static_assert(schedule::kPagedSplitTokens % kTileKeys == 0, "an item is whole tiles");
+static_assert(schedule::kPagedTileTokens == kTileKeys, "a metadata item is one tile");
 
 inline constexpr int kMaxGroupRows = 8;        // next_n <= 8
 inline constexpr int kMaxVarlenGroupRows = 4;  // varlen rows of one sequence decoded together
@@ -418,8 +417,8 @@ __device__ __forceinline__ RowTiles row_tiles(const Segment& seg, int unit, int 
                                               int keys) {
   const int ib = unit == seg.g0 ? std::min(seg.i0, unit_items) : 0;
   const int ie = unit == seg.g1 ? std::min(seg.i1, unit_items) : unit_items;
-  const int lo = ib * kTilesPerItem;
-  const int hi = std::min(ie * kTilesPerItem, cuda::ceil_div(keys, kTileKeys));
+  const int lo = ib;
+  const int hi = std::min(ie, cuda::ceil_div(keys, kTileKeys));
   RowTiles r;
   r.keys = keys;
   if (lo < hi) {
