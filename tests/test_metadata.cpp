@@ -88,7 +88,7 @@ PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch
   std::optional<std::int64_t> chosen;
   for (const std::int64_t part_tiles : {1, 2, 4}) {
     std::int64_t total = 0;
-    for (const std::int64_t r : parts_of(part_tiles)) total += r;
+    for (const std::int64_t p : parts_of(part_tiles)) total += p;
     if (total <= workers) {
       chosen = part_tiles;
       break;
@@ -98,7 +98,7 @@ PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch
     std::int64_t fewest = -1;
     for (const std::int64_t part_tiles : {4, 2, 1}) {
       std::int64_t total = 0;
-      for (const std::int64_t r : parts_of(part_tiles)) total += r;
+      for (const std::int64_t p : parts_of(part_tiles)) total += p;
       const std::int64_t busiest = div_up(total, workers) * part_tiles;
       if (fewest < 0 || busiest < fewest) {
         fewest = busiest;
