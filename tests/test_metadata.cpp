@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "metadata.hpp"
@@ -339,20 +340,30 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
 // tiles, one each for 64 of 132 workers), eight of 4096 (128 parts of 4 tiles, one a worker), one
 // of 40000 (625 tiles: at most 5 a worker in parts of 1, against 6 in parts of 2 and 8 in 4) and
 // 32 of 4096 (2048 tiles: 16 a worker at any part length, so the longest parts).
+// The part size each shape gets, read from worker rows that tell the choices apart (132 workers).
 TEST(PagedMetadata, RunLengthFollowsTheBusiestWorker) {
-  const auto first_tiles = [](std::vector<std::int32_t> lens) {
+  using Row = std::pair<std::int32_t, std::int32_t>;  // (sequence, first tile)
+  const auto rows = [](std::vector<std::int32_t> lens, std::vector<int> workers) {
     constexpr int kWorkers = 132;
     std::vector<std::int32_t> meta(2 * (kWorkers + 1), -7);
     host::paged_metadata(lens.data(), static_cast<std::int64_t>(lens.size()), 1, false, nullptr,
                          kWorkers, meta.data());
-    return std::vector<std::int32_t>{meta[3], meta[5], meta[7]};  // workers 1-3
+    std::vector<Row> out;
+    for (const int k : workers) out.emplace_back(meta[2 * k], meta[2 * k + 1]);
+    return out;
   };
-  EXPECT_EQ(first_tiles({4096}), (std::vector<std::int32_t>{1, 2, 3}));
-  EXPECT_EQ(first_tiles(std::vector<std::int32_t>(8, 4096)),
-            (std::vector<std::int32_t>{4, 8, 12}));
-  EXPECT_EQ(first_tiles({40000}), (std::vector<std::int32_t>{5, 10, 15}));
-  EXPECT_EQ(first_tiles(std::vector<std::int32_t>(32, 4096)),
-            (std::vector<std::int32_t>{16, 32, 48}));
+  // 64 tiles fit the workers one tile each; worker 64 has nothing.
+  EXPECT_EQ(rows({4096}, {1, 3, 64}), (std::vector<Row>{{0, 1}, {0, 3}, {1, 0}}));
+  // 512 tiles: 128 parts of 4 fit, workers 128-131 have nothing (parts of 1 would start
+  // worker 128 at tile 500: sequence 7, tile 52).
+  EXPECT_EQ(rows(std::vector<std::int32_t>(8, 4096), {1, 127, 128}),
+            (std::vector<Row>{{0, 4}, {7, 60}, {8, 0}}));
+  // 625 tiles: parts of 1 (5 a worker at most) against 6 and 8 tiles for parts of 2 and 4.
+  EXPECT_EQ(rows({40000}, {1, 2, 3}), (std::vector<Row>{{0, 5}, {0, 10}, {0, 15}}));
+  // 2048 tiles: 16 for the busiest worker whatever the part; the tie goes to parts of 4 (512
+  // parts, 3 or 4 a worker): worker 131 starts at part 509, tile 2036 (parts of 1: tile 2033).
+  EXPECT_EQ(rows(std::vector<std::int32_t>(32, 4096), {1, 131}),
+            (std::vector<Row>{{0, 16}, {31, 52}}));
 }
 
 class PrefillMetadataApi : public testing::Test {
