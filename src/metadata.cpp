@@ -13,7 +13,7 @@ namespace {
 // Writes row k = (group, item within the group) of the first item of worker k, and row
 // `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the
 // list (more workers than items) gets the end row too. Decode splits parts of `part_items` items
-// (schedule::paged_split_tiles) and digests `fingerprint_items`, its tiles.
+// (schedule::paged_split_tiles) and digests `fingerprint_items`, its parts of 4 tiles.
 void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out,
                  std::int64_t part_items = 1, std::int64_t fingerprint_items = -1) {
   std::int64_t total = 0;

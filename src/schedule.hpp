@@ -11,9 +11,9 @@
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are its kPagedTileTokens-key
 // tiles, at least one per group. The split cuts the item list only between parts of
-// paged_split_tiles(c) tiles of a group (1, 2 or 4: the choice c of paged_split_choice, made per
-// call from the lengths), so that few tiles a worker and few workers holding two groups bound the
-// call's critical path at small batches as well as large ones.
+// paged_split_tiles(c) tiles of a group (4, or 2 or 1 where those fit the workers one each: the
+// choice c of paged_split_choice, made per call from the lengths), so that a small call's keys
+// spread over more SMs and no worker of it holds two groups.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
 // of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
@@ -21,7 +21,7 @@
 // (metadata_fingerprint) that tells metadata computed for other lengths or windows from the
 // call's. With I items in all, worker k gets items [k * (I / W) + min(k, I % W), ...) —
 // contiguous segments whose sizes differ by at most one (decode: I counts parts of the chosen
-// split, the rows give tiles: the part's first tile).
+// split, the rows give tiles: the part's first tile; the fingerprint digests parts of 4 tiles).
 // The kernels read row W's first column only.
 #pragma once
 
@@ -123,31 +123,29 @@ MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedTileTokens) : 1;
 }
 
-// The decode split's parts: choice c cuts a group's tiles into parts of paged_split_tiles(c), a
-// group of `tiles` tiles holding paged_split_parts(tiles, c) of them.
+// The decode split's parts: choice c cuts a group's tiles into parts of paged_split_tiles(c) (4,
+// 2 or 1), a group of `tiles` tiles holding paged_split_parts(tiles, c) of them. Choice 0, the
+// coarsest, is always counted (the fingerprint digests its parts); the finer ones only where its
+// parts fit the workers.
 inline constexpr int kPagedSplitChoices = 3;
-MQA_HOST_DEVICE constexpr int paged_split_tiles(int choice) { return 1 << choice; }
+MQA_HOST_DEVICE constexpr int paged_split_tiles(int choice) { return 4 >> choice; }
 MQA_HOST_DEVICE constexpr std::int64_t paged_split_parts(std::int64_t tiles, int choice) {
   return ceil_div(tiles, paged_split_tiles(choice));
 }
 
 // The choice for a call whose groups hold parts[c] parts in all under choice c, over `workers`:
-// where some choice gives every worker one part at most, the finest such (its workers never hold
-// two groups); else the one whose busiest worker holds the fewest tiles, the coarsest of equals
-// (the measurements: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call").
+// parts of 4 tiles unless they fit the workers one each, and then the finest parts that still do
+// (no worker holds two groups, and the call's keys spread over more SMs). parts[c] for c > 0 is
+// read only where parts[0] <= workers. Cutting finer where parts of 4 do not fit (the busiest
+// worker's tiles fewer, but workers holding two groups) measured B = 8 slower: docs/perf-notes.md,
+// "Decode items of 64 to 256 keys, chosen per call", "The branches measured (2026-12-05)".
 MQA_HOST_DEVICE constexpr int paged_split_choice(const std::int64_t (&parts)[kPagedSplitChoices],
                                                  int workers) {
-  for (int c = 0; c < kPagedSplitChoices; ++c) {
+  if (parts[0] > workers) return 0;
+  for (int c = kPagedSplitChoices - 1; c > 0; --c) {
     if (parts[c] <= workers) return c;
   }
-  int best = kPagedSplitChoices - 1;
-  for (int c = kPagedSplitChoices - 2; c >= 0; --c) {
-    const auto busiest = [&](int choice) {
-      return ceil_div(parts[choice], workers) * paged_split_tiles(choice);
-    };
-    if (busiest(c) < busiest(best)) best = c;
-  }
-  return best;
+  return 0;
 }
 
 // Row W's second column: a digest of the units and items the metadata splits, in [1, 2^31).

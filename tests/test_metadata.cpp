@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
-#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -59,14 +59,19 @@ std::vector<std::int64_t> prefill_items(const std::vector<std::int32_t>& start,
   return items;
 }
 
+std::int64_t sum(const std::vector<std::int64_t>& values) {
+  std::int64_t total = 0;
+  for (const auto v : values) total += v;
+  return total;
+}
+
 // Decode: one group per sequence (its longest row), one item per 64-key tile, at least one
-// each; the split is of parts of 1, 2 or 4 of a group's tiles: the finest part length that gives
-// every worker one part at most, else the one whose busiest worker holds the fewest tiles (the
-// longest parts of equals).
+// each; the split is of parts of 4 of a group's tiles, unless those fit the workers one each, and
+// then of the finest parts (2 or 1 tiles) that still do.
 struct PagedSplit {
   std::vector<std::int64_t> parts;  // per group
-  std::int64_t part_tiles = 1;
-  std::int64_t tiles = 0;  // in all
+  std::int64_t part_tiles = 4;
+  std::int64_t coarse_parts = 0;  // parts of 4 tiles in all: what the fingerprint digests
 };
 
 PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch,
@@ -85,38 +90,25 @@ PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch
     return parts;
   };
   PagedSplit split;
-  for (const std::int64_t t : tiles) split.tiles += t;
-  std::optional<std::int64_t> chosen;
-  for (const std::int64_t part_tiles : {1, 2, 4}) {
-    std::int64_t total = 0;
-    for (const std::int64_t p : parts_of(part_tiles)) total += p;
-    if (total <= workers) {
-      chosen = part_tiles;
-      break;
-    }
-  }
-  if (!chosen) {
-    std::int64_t fewest = -1;
-    for (const std::int64_t part_tiles : {4, 2, 1}) {
-      std::int64_t total = 0;
-      for (const std::int64_t p : parts_of(part_tiles)) total += p;
-      const std::int64_t busiest = div_up(total, workers) * part_tiles;
-      if (fewest < 0 || busiest < fewest) {
-        fewest = busiest;
-        chosen = part_tiles;
+  split.coarse_parts = sum(parts_of(4));
+  if (split.coarse_parts <= workers) {
+    for (const std::int64_t part_tiles : {1, 2}) {
+      if (sum(parts_of(part_tiles)) <= workers) {
+        split.part_tiles = part_tiles;
+        break;
       }
     }
   }
-  split.part_tiles = *chosen;
   split.parts = parts_of(split.part_tiles);
   return split;
 }
 
 // Checks `meta` ([workers + 1, 2]) against the per-group item counts (decode: of parts of
-// `part_tiles` tiles, the rows giving each part's first tile; the fingerprint digests `tiles`).
+// `part_tiles` tiles, the rows giving each part's first tile; the fingerprint digests
+// `fingerprint_items`, the parts of 4 tiles).
 void expect_valid_split(const std::vector<std::int32_t>& meta,
                         const std::vector<std::int64_t>& items, int workers,
-                        std::int64_t part_tiles = 1, std::int64_t tiles = -1) {
+                        std::int64_t part_tiles = 1, std::int64_t fingerprint_items = -1) {
   ASSERT_EQ(meta.size(), static_cast<std::size_t>(2 * (workers + 1)));
   const auto groups = static_cast<std::int64_t>(items.size());
   std::vector<std::int64_t> first_item(items.size() + 1, 0);  // list index of (g, 0)
@@ -143,7 +135,7 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
   }
   EXPECT_EQ(meta[2 * workers], groups);
   EXPECT_EQ(meta[2 * workers + 1],
-            schedule::metadata_fingerprint(groups, tiles < 0 ? total : tiles));
+            schedule::metadata_fingerprint(groups, fingerprint_items < 0 ? total : fingerprint_items));
   // Contiguous segments from the first item to the last cover every item exactly once...
   EXPECT_EQ(position[0], 0);
   EXPECT_EQ(position[workers], total);
@@ -157,12 +149,6 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
 std::vector<int> worker_counts(std::int64_t total_items, std::mt19937& gen) {
   std::uniform_int_distribution<int> any(2, 300);
   return {1, 2, 3, any(gen), 132, static_cast<int>(total_items) + 5};
-}
-
-std::int64_t sum(const std::vector<std::int64_t>& values) {
-  std::int64_t total = 0;
-  for (const auto v : values) total += v;
-  return total;
 }
 
 // ---- prefill ----
@@ -294,7 +280,8 @@ TEST(PagedMetadata, SplitsEveryGroupItemEvenly) {
   std::mt19937 gen(202);
   for (int trial = 0; trial < 300; ++trial) {
     const PagedCase c = random_paged_case(gen, trial);
-    const std::int64_t tiles = paged_split(c.lens, c.batch, c.cols, 1).tiles;
+    // Parts of one tile where the workers outnumber them: the tiles.
+    const std::int64_t tiles = sum(paged_split(c.lens, c.batch, c.cols, INT_MAX).parts);
     for (const int workers : worker_counts(tiles, gen)) {
       std::vector<std::int32_t> meta(2 * (workers + 1), -7);
       host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
@@ -302,7 +289,7 @@ TEST(PagedMetadata, SplitsEveryGroupItemEvenly) {
       SCOPED_TRACE(testing::Message() << "trial " << trial << " B " << c.batch << " N "
                                       << c.cols << " workers " << workers);
       const PagedSplit split = paged_split(c.lens, c.batch, c.cols, workers);
-      expect_valid_split(meta, split.parts, workers, split.part_tiles, split.tiles);
+      expect_valid_split(meta, split.parts, workers, split.part_tiles, split.coarse_parts);
       std::vector<std::int32_t> again(meta.size(), 99);
       host::paged_metadata(c.lens.data(), c.batch, c.cols, c.lens_2d, nullptr, workers,
                            again.data());
@@ -332,16 +319,16 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
         TensorView::contiguous(meta.data(), DType::kInt32, {schedule_meta_rows(workers), 2});
     get_paged_mqa_logits_metadata(lens, 64, workers, out, index_view);
     SCOPED_TRACE(testing::Message() << "trial " << trial << " workers " << workers);
-    expect_valid_split(meta, split.parts, workers, split.part_tiles, split.tiles);
+    expect_valid_split(meta, split.parts, workers, split.part_tiles, split.coarse_parts);
   }
 }
 
-// The part length the split takes, on the shapes that decide it: one sequence of 4096 keys (64
-// tiles, one each for 64 of 132 workers), eight of 4096 (128 parts of 4 tiles, one a worker), one
-// of 40000 (625 tiles: at most 5 a worker in parts of 1, against 6 in parts of 2 and 8 in 4) and
-// 32 of 4096 (2048 tiles: 16 a worker at any part length, so the longest parts).
-// The part size each shape gets, read from worker rows that tell the choices apart (132 workers).
-TEST(PagedMetadata, RunLengthFollowsTheBusiestWorker) {
+// The part length the split takes, read from worker rows that tell the choices apart (132
+// workers): one sequence of 4096 keys (64 tiles: one a worker), one of 12800 (200 tiles, 100
+// parts of 2), eight of 4096 (128 parts of 4, one a worker), one of 40000 (625 tiles, 157 parts
+// of 4: more than the workers, so parts of 4, two for workers 0-24) and 32 of 4096 (512 parts of
+// 4, 3 or 4 a worker).
+TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   using Row = std::pair<std::int32_t, std::int32_t>;  // (sequence, first tile)
   const auto rows = [](std::vector<std::int32_t> lens, std::vector<int> workers) {
     constexpr int kWorkers = 132;
@@ -354,14 +341,15 @@ TEST(PagedMetadata, RunLengthFollowsTheBusiestWorker) {
   };
   // 64 tiles fit the workers one tile each; worker 64 has nothing.
   EXPECT_EQ(rows({4096}, {1, 3, 64}), (std::vector<Row>{{0, 1}, {0, 3}, {1, 0}}));
+  // 200 tiles do not, their 100 parts of 2 do; worker 100 has nothing.
+  EXPECT_EQ(rows({12800}, {1, 99, 100}), (std::vector<Row>{{0, 2}, {0, 198}, {1, 0}}));
   // 512 tiles: 128 parts of 4 fit, workers 128-131 have nothing (parts of 1 would start
   // worker 128 at tile 500: sequence 7, tile 52).
   EXPECT_EQ(rows(std::vector<std::int32_t>(8, 4096), {1, 127, 128}),
             (std::vector<Row>{{0, 4}, {7, 60}, {8, 0}}));
-  // 625 tiles: parts of 1 (5 a worker at most) against 6 and 8 tiles for parts of 2 and 4.
-  EXPECT_EQ(rows({40000}, {1, 2, 3}), (std::vector<Row>{{0, 5}, {0, 10}, {0, 15}}));
-  // 2048 tiles: 16 for the busiest worker whatever the part; the tie goes to parts of 4 (512
-  // parts, 3 or 4 a worker): worker 131 starts at part 509, tile 2036 (parts of 1: tile 2033).
+  // 157 parts of 4 (parts of 1 would give tiles 5, 10, 15 here).
+  EXPECT_EQ(rows({40000}, {1, 2, 3}), (std::vector<Row>{{0, 8}, {0, 16}, {0, 24}}));
+  // 512 parts of 4: worker 131 starts at part 509, tile 2036 (parts of 1: tile 2033).
   EXPECT_EQ(rows(std::vector<std::int32_t>(32, 4096), {1, 131}),
             (std::vector<Row>{{0, 16}, {31, 52}}));
 }

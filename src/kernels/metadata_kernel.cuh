@@ -6,7 +6,8 @@
 // One CTA of kMetadataThreads threads (schedule_rows; the prefill kernel runs it too, for its own
 // two rows, when it is given no metadata): thread i counts the items of a contiguous run of units
 // (decode: their parts under each split choice, of which the totals pick one:
-// schedule::paged_split_choice) and a block-wide exclusive scan gives every run its first item.
+// schedule::paged_split_choice) and a block-wide exclusive scan gives every run its first item
+// (decode: one scan, and two more where the coarsest parts fit the workers).
 // Then thread i writes the rows of workers i, i + kMetadataThreads, ...: it finds the run holding
 // the worker's first item by binary search over the runs' first items (every unit has at least
 // one item, so non-empty runs start at increasing items) and walks that run's units to the one
@@ -23,7 +24,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 #include <cub/block/block_scan.cuh>
 
 #include "schedule.hpp"
@@ -131,7 +131,7 @@ struct PagedUnits {
   __device__ std::int64_t items(std::int64_t unit) const {
     return schedule::paged_group_items(length(unit));
   }
-  // The split is of parts of 1, 2 or 4 tiles, chosen from the totals of each.
+  // The split is of parts of 4, 2 or 1 tiles, chosen from the totals of each.
   static constexpr int kSplitChoices = schedule::kPagedSplitChoices;
   __device__ static std::int64_t parts(std::int64_t tiles, int choice) {
     return schedule::paged_split_parts(tiles, choice);
@@ -157,18 +157,16 @@ struct PagedUnits {
 // search reads no global memory, which saves one dependent round trip to L2 per call.
 inline constexpr int kCachedRunUnits = 4;
 
-// A thread's parts under each of kChoices split choices; one choice scans a plain int64.
+// A thread's parts under each of kChoices split choices.
 template <int kChoices>
 struct PartCounts {
   std::int64_t parts[kChoices];
 };
-template <int kChoices>
-using ScanValue = std::conditional_t<kChoices == 1, std::int64_t, PartCounts<kChoices>>;
 
 // Shared memory of schedule_rows for a CTA of kThreads threads.
-template <int kThreads, int kChoices = 1>
+template <int kThreads>
 struct ScheduleScratch {
-  typename cub::BlockScan<ScanValue<kChoices>, kThreads>::TempStorage scan;
+  typename cub::BlockScan<std::int64_t, kThreads>::TempStorage scan;
   std::int64_t run_first_item[kThreads];
   // A unit's items fit 32 bits: at most 2^31 keys (int32 windows and lengths) per 64 or more.
   std::int32_t run_unit_items[kThreads][kCachedRunUnits];
@@ -178,7 +176,7 @@ struct ScheduleScratch {
 // out[2 * (k - first_row)]. Called by all kThreads threads of the CTA (it synchronizes them).
 template <int kThreads, typename Units>
 __device__ void schedule_rows(const Units& units, int workers, int first_row, int last_row,
-                              ScheduleScratch<kThreads, Units::kSplitChoices>& scratch,
+                              ScheduleScratch<kThreads>& scratch,
                               std::int32_t* out) {
   constexpr int kChoices = Units::kSplitChoices;
   const std::int64_t count = units.count();
@@ -195,29 +193,23 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
 #pragma unroll
     for (int c = 0; c < kChoices; ++c) mine.parts[c] += Units::parts(items, c);
   }
-  // The split's parts: each run's first and their total, under the choice the totals make;
-  // the fingerprint digests the items themselves (choice 0's parts).
-  int choice = 0;
-  std::int64_t first_item = 0, total = 0, fingerprint_items = 0;
-  if constexpr (kChoices == 1) {
-    cub::BlockScan<std::int64_t, kThreads>(scratch.scan)
-        .ExclusiveSum(mine.parts[0], first_item, total);
-    fingerprint_items = total;
-  } else {
-    PartCounts<kChoices> first{}, totals{};
-    const auto sum = [](const PartCounts<kChoices>& a, const PartCounts<kChoices>& b) {
-      PartCounts<kChoices> s;
+  // The split's parts: each run's first and their total, under the choice the totals make. The
+  // coarsest parts are always scanned (the fingerprint digests them); the finer ones only where
+  // those fit the workers one each (schedule::paged_split_choice reads their totals only there),
+  // a branch every thread takes alike: a small call pays the extra scans.
+  using Scan = cub::BlockScan<std::int64_t, kThreads>;
+  std::int64_t first[kChoices] = {}, totals[kChoices] = {};
+  Scan(scratch.scan).ExclusiveSum(mine.parts[0], first[0], totals[0]);
+  if (kChoices > 1 && totals[0] <= workers) {
 #pragma unroll
-      for (int c = 0; c < kChoices; ++c) s.parts[c] = a.parts[c] + b.parts[c];
-      return s;
-    };
-    cub::BlockScan<PartCounts<kChoices>, kThreads>(scratch.scan)
-        .ExclusiveScan(mine, first, PartCounts<kChoices>{}, sum, totals);
-    choice = Units::choose(totals.parts, workers);
-    first_item = first.parts[choice];
-    total = totals.parts[choice];
-    fingerprint_items = totals.parts[0];
+    for (int c = 1; c < kChoices; ++c) {
+      __syncthreads();  // the scan's storage, reused
+      Scan(scratch.scan).ExclusiveSum(mine.parts[c], first[c], totals[c]);
+    }
   }
+  const int choice = Units::choose(totals, workers);
+  const std::int64_t first_item = first[choice], total = totals[choice];
+  const std::int64_t fingerprint_items = totals[0];
 
   scratch.run_first_item[threadIdx.x] = first_item;
   __syncthreads();
@@ -263,7 +255,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
 template <typename Units>
 __global__ void __launch_bounds__(kMetadataThreads)
     schedule_metadata_kernel(const Units units, int workers, std::int32_t* out) {
-  __shared__ ScheduleScratch<kMetadataThreads, Units::kSplitChoices> scratch;
+  __shared__ ScheduleScratch<kMetadataThreads> scratch;
   cudaGridDependencySynchronize();
   cudaTriggerProgrammaticLaunchCompletion();
   schedule_rows<kMetadataThreads>(units, workers, 0, workers, scratch, out);
