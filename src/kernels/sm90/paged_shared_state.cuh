@@ -36,11 +36,9 @@ struct SharedState {
   }
   // Barriers: full[stages], empty[stages], q_full[kQSlots], q_empty[kQSlots], pipeline_ready.
   __device__ Barrier* barrier(int index) const {
-    return reinterpret_cast<Barrier*>(base + layout.barriers_offset) + index;
+    return generic<Barrier>(full0 + index * sizeof(Barrier));
   }
-  __device__ Barrier* full(int stage) const {
-    return generic<Barrier>(full0 + stage * sizeof(Barrier));
-  }
+  __device__ Barrier* full(int stage) const { return barrier(stage); }
   __device__ Barrier* empty(int stage) const {
     return generic<Barrier>(empty0 + stage * sizeof(Barrier));
   }
