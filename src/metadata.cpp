@@ -13,7 +13,7 @@ namespace {
 // Writes row k = (group, item within the group) of the first item of worker k, and row
 // `workers` = (number of groups, fingerprint). A worker whose segment starts at the end of the
 // list (more workers than items) gets the end row too. Decode splits parts of `part_items` items
-// (schedule::paged_split_tiles) and digests `fingerprint_items`, its parts of 4 tiles.
+// (schedule::paged_split_shift) and digests `fingerprint_items`, its parts of 4 tiles.
 void split_items(const std::vector<std::int64_t>& group_items, int workers, std::int32_t* out,
                  std::int64_t part_items = 1, std::int64_t fingerprint_items = -1) {
   std::int64_t total = 0;
@@ -77,7 +77,8 @@ void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::i
   for (const std::int64_t tiles : group_tiles) {
     group_parts.push_back(schedule::paged_split_parts(tiles, choice));
   }
-  split_items(group_parts, workers, out, schedule::paged_split_tiles(choice), parts[0]);
+  split_items(group_parts, workers, out, std::int64_t{1} << schedule::paged_split_shift(choice),
+              parts[0]);
 }
 
 }  // namespace mqa_logits::host

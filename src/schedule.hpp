@@ -10,10 +10,10 @@
 // short blocks (square causal, packed requests) draw long ones as well.
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are its kPagedTileTokens-key
-// tiles, at least one per group. The split cuts the item list only between parts of
-// paged_split_tiles(c) tiles of a group (4, or 2 or 1 where those fit the workers one each: the
-// choice c of paged_split_choice, made per call from the lengths), so that a small call's keys
-// spread over more SMs and no worker of it holds two groups.
+// tiles, at least one per group. The split cuts the item list only between parts of 4 tiles of a
+// group, or between single tiles where those fit the workers one each (paged_split_choice, made
+// per call from the lengths), so that a small call's keys spread over more SMs and no worker of
+// it holds two groups.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
 // of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
@@ -123,29 +123,28 @@ MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedTileTokens) : 1;
 }
 
-// The decode split's parts: choice c cuts a group's tiles into parts of paged_split_tiles(c) (4,
-// 2 or 1), a group of `tiles` tiles holding paged_split_parts(tiles, c) of them. Choice 0, the
-// coarsest, is always counted (the fingerprint digests its parts); the finer ones only where its
-// parts fit the workers.
-inline constexpr int kPagedSplitChoices = 3;
-MQA_HOST_DEVICE constexpr int paged_split_tiles(int choice) { return 4 >> choice; }
+// The decode split's parts: choice 0 cuts a group's tiles into parts of 4, choice 1 into single
+// tiles; a group of `tiles` tiles holds paged_split_parts(tiles, c) parts. Choice 0 is always
+// counted (the fingerprint digests its parts), choice 1 only where choice 0's parts fit the
+// workers.
+inline constexpr int kPagedSplitChoices = 2;
+// log2 of a part's tiles: the metadata kernel's walk divides by shifts, not by a 64-bit division
+// routine.
+MQA_HOST_DEVICE constexpr int paged_split_shift(int choice) { return choice == 0 ? 2 : 0; }
 MQA_HOST_DEVICE constexpr std::int64_t paged_split_parts(std::int64_t tiles, int choice) {
-  return ceil_div(tiles, paged_split_tiles(choice));
+  return (tiles + (1 << paged_split_shift(choice)) - 1) >> paged_split_shift(choice);
 }
 
 // The choice for a call whose groups hold parts[c] parts in all under choice c, over `workers`:
-// parts of 4 tiles unless they fit the workers one each, and then the finest parts that still do
-// (no worker holds two groups, and the call's keys spread over more SMs). parts[c] for c > 0 is
-// read only where parts[0] <= workers. Cutting finer where parts of 4 do not fit (the busiest
-// worker's tiles fewer, but workers holding two groups) measured B = 8 slower: docs/perf-notes.md,
-// "Decode items of 64 to 256 keys, chosen per call", "The branches measured (2026-12-05)".
+// single tiles where the call's tiles fit the workers one each (its keys over more SMs, no worker
+// holding two groups), else parts of 4. parts[1] is read only where parts[0] <= workers. Cutting
+// finer where the tiles do not fit (the busiest worker's tiles fewer, but workers holding two
+// groups) measured B = 8 slower, and counting a third part length cost the metadata kernel ~0.3
+// us a scan: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call", "Parts of 4
+// tiles unless single tiles fit the workers".
 MQA_HOST_DEVICE constexpr int paged_split_choice(const std::int64_t (&parts)[kPagedSplitChoices],
                                                  int workers) {
-  if (parts[0] > workers) return 0;
-  for (int c = kPagedSplitChoices - 1; c > 0; --c) {
-    if (parts[c] <= workers) return c;
-  }
-  return 0;
+  return parts[0] <= workers && parts[1] <= workers ? 1 : 0;
 }
 
 // Row W's second column: a digest of the units and items the metadata splits, in [1, 2^31).

@@ -66,8 +66,8 @@ std::int64_t sum(const std::vector<std::int64_t>& values) {
 }
 
 // Decode: one group per sequence (its longest row), one item per 64-key tile, at least one
-// each; the split is of parts of 4 of a group's tiles, unless those fit the workers one each, and
-// then of the finest parts (2 or 1 tiles) that still do.
+// each; the split is of parts of 4 of a group's tiles, or of single tiles where the tiles fit the
+// workers one each.
 struct PagedSplit {
   std::vector<std::int64_t> parts;  // per group
   std::int64_t part_tiles = 4;
@@ -91,14 +91,7 @@ PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch
   };
   PagedSplit split;
   split.coarse_parts = sum(parts_of(4));
-  if (split.coarse_parts <= workers) {
-    for (const std::int64_t part_tiles : {1, 2}) {
-      if (sum(parts_of(part_tiles)) <= workers) {
-        split.part_tiles = part_tiles;
-        break;
-      }
-    }
-  }
+  if (sum(tiles) <= workers) split.part_tiles = 1;
   split.parts = parts_of(split.part_tiles);
   return split;
 }
@@ -324,10 +317,9 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
 }
 
 // The part length the split takes, read from worker rows that tell the choices apart (132
-// workers): one sequence of 4096 keys (64 tiles: one a worker), one of 12800 (200 tiles, 100
-// parts of 2), eight of 4096 (128 parts of 4, one a worker), one of 40000 (625 tiles, 157 parts
-// of 4: more than the workers, so parts of 4, two for workers 0-24) and 32 of 4096 (512 parts of
-// 4, 3 or 4 a worker).
+// workers): one sequence of 4096 keys (64 tiles: one a worker), one of 12800 (200 tiles: 50
+// parts of 4), eight of 4096 (128 parts of 4, one a worker), one of 40000 (157 parts of 4, two
+// for workers 0-24) and 32 of 4096 (512 parts of 4, 3 or 4 a worker).
 TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   using Row = std::pair<std::int32_t, std::int32_t>;  // (sequence, first tile)
   const auto rows = [](std::vector<std::int32_t> lens, std::vector<int> workers) {
@@ -341,8 +333,8 @@ TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   };
   // 64 tiles fit the workers one tile each; worker 64 has nothing.
   EXPECT_EQ(rows({4096}, {1, 3, 64}), (std::vector<Row>{{0, 1}, {0, 3}, {1, 0}}));
-  // 200 tiles do not, their 100 parts of 2 do; worker 100 has nothing.
-  EXPECT_EQ(rows({12800}, {1, 99, 100}), (std::vector<Row>{{0, 2}, {0, 198}, {1, 0}}));
+  // 200 tiles do not: 50 parts of 4, worker 50 has nothing.
+  EXPECT_EQ(rows({12800}, {1, 49, 50}), (std::vector<Row>{{0, 4}, {0, 196}, {1, 0}}));
   // 512 tiles: 128 parts of 4 fit, workers 128-131 have nothing (parts of 1 would start
   // worker 128 at tile 500: sequence 7, tile 52).
   EXPECT_EQ(rows(std::vector<std::int32_t>(8, 4096), {1, 127, 128}),

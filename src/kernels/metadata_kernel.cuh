@@ -7,7 +7,7 @@
 // two rows, when it is given no metadata): thread i counts the items of a contiguous run of units
 // (decode: their parts under each split choice, of which the totals pick one:
 // schedule::paged_split_choice) and a block-wide exclusive scan gives every run its first item
-// (decode: one scan, and two more where the coarsest parts fit the workers).
+// (decode: one scan, and one more where the parts of 4 tiles fit the workers).
 // Then thread i writes the rows of workers i, i + kMetadataThreads, ...: it finds the run holding
 // the worker's first item by binary search over the runs' first items (every unit has at least
 // one item, so non-empty runs start at increasing items) and walks that run's units to the one
@@ -51,7 +51,7 @@ struct PrefillUnits {
   static constexpr int kSplitChoices = 1;
   __device__ static std::int64_t parts(std::int64_t items, int) { return items; }
   __device__ static int choose(const std::int64_t (&)[kSplitChoices], int) { return 0; }
-  __device__ static int part_items(int) { return 1; }
+  __device__ static int part_shift(int) { return 0; }
 
   // schedule::prefill_block_window of the block from row `first`. A whole block's bounds are
   // read 16 bytes (4 rows) a load where both arrays are 16-byte aligned (block_q is a multiple
@@ -131,7 +131,7 @@ struct PagedUnits {
   __device__ std::int64_t items(std::int64_t unit) const {
     return schedule::paged_group_items(length(unit));
   }
-  // The split is of parts of 4, 2 or 1 tiles, chosen from the totals of each.
+  // The split is of parts of 4 tiles or of single tiles, chosen from the totals of each.
   static constexpr int kSplitChoices = schedule::kPagedSplitChoices;
   __device__ static std::int64_t parts(std::int64_t tiles, int choice) {
     return schedule::paged_split_parts(tiles, choice);
@@ -139,7 +139,7 @@ struct PagedUnits {
   __device__ static int choose(const std::int64_t (&parts)[kSplitChoices], int workers) {
     return schedule::paged_split_choice(parts, workers);
   }
-  __device__ static int part_items(int choice) { return schedule::paged_split_tiles(choice); }
+  __device__ static int part_shift(int choice) { return schedule::paged_split_shift(choice); }
   // The widest loads the lengths' placement allows (longest_length).
   __device__ std::int64_t length(std::int64_t unit) const {
     if (!lens_2d) return schedule::paged_unit_length(context_lens, false, 1, unit);
@@ -196,20 +196,31 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
   // The split's parts: each run's first and their total, under the choice the totals make. The
   // coarsest parts are always scanned (the fingerprint digests them); the finer ones only where
   // those fit the workers one each (schedule::paged_split_choice reads their totals only there),
-  // a branch every thread takes alike: a small call pays the extra scans.
+  // a branch every thread takes alike: a small call pays the extra scan. Arrays indexed by
+  // constants only, so that they stay in registers.
   using Scan = cub::BlockScan<std::int64_t, kThreads>;
-  std::int64_t first[kChoices] = {}, totals[kChoices] = {};
-  Scan(scratch.scan).ExclusiveSum(mine.parts[0], first[0], totals[0]);
-  if (kChoices > 1 && totals[0] <= workers) {
+  std::int64_t first_item = 0, total = 0;
+  Scan(scratch.scan).ExclusiveSum(mine.parts[0], first_item, total);
+  const std::int64_t fingerprint_items = total;
+  int choice = 0;
+  if constexpr (kChoices > 1) {
+    if (total <= workers) {
+      std::int64_t firsts[kChoices] = {first_item}, totals[kChoices] = {total};
 #pragma unroll
-    for (int c = 1; c < kChoices; ++c) {
-      __syncthreads();  // the scan's storage, reused
-      Scan(scratch.scan).ExclusiveSum(mine.parts[c], first[c], totals[c]);
+      for (int c = 1; c < kChoices; ++c) {
+        __syncthreads();  // the scan's storage, reused
+        Scan(scratch.scan).ExclusiveSum(mine.parts[c], firsts[c], totals[c]);
+      }
+      choice = Units::choose(totals, workers);
+#pragma unroll
+      for (int c = 1; c < kChoices; ++c) {
+        if (c == choice) {
+          first_item = firsts[c];
+          total = totals[c];
+        }
+      }
     }
   }
-  const int choice = Units::choose(totals, workers);
-  const std::int64_t first_item = first[choice], total = totals[choice];
-  const std::int64_t fingerprint_items = totals[0];
 
   scratch.run_first_item[threadIdx.x] = first_item;
   __syncthreads();
@@ -244,7 +255,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
         unit_first += items;
         ++unit;
       }
-      offset = (pos - unit_first) * Units::part_items(choice);  // the part's first item
+      offset = (pos - unit_first) << Units::part_shift(choice);  // the part's first item
     }
     if (k == workers) offset = schedule::metadata_fingerprint(count, fingerprint_items);
     out[(k - first_row) * schedule::kMetaCols] = static_cast<std::int32_t>(unit);
