@@ -128,7 +128,8 @@ void expect_valid_split(const std::vector<std::int32_t>& meta,
   }
   EXPECT_EQ(meta[2 * workers], groups);
   EXPECT_EQ(meta[2 * workers + 1],
-            schedule::metadata_fingerprint(groups, fingerprint_items < 0 ? total : fingerprint_items));
+            schedule::metadata_fingerprint(groups,
+                                           fingerprint_items < 0 ? total : fingerprint_items));
   // Contiguous segments from the first item to the last cover every item exactly once...
   EXPECT_EQ(position[0], 0);
   EXPECT_EQ(position[workers], total);

@@ -7,14 +7,14 @@
 // two rows, when it is given no metadata): thread i counts the items of a contiguous run of units
 // (decode: their parts under each split choice, of which the totals pick one:
 // schedule::paged_split_choice) and a block-wide exclusive scan gives every run its first item
-// (decode: one scan, and one more where the parts of 4 tiles fit the workers).
-// Then thread i writes the rows of workers i, i + kMetadataThreads, ...: it finds the run holding
-// the worker's first item by binary search over the runs' first items (every unit has at least
-// one item, so non-empty runs start at increasing items) and walks that run's units to the one
-// holding it (their counts kept in shared memory from the first pass where a run is short).
-// Workers whose segments start at the end of the list (more workers than items) and the final
-// row get (number of units, 0). The cost is one pass over the inputs, a scan and O(workers / threads) work per
-// thread, whatever the batch: a few microseconds, dominated by launch latency.
+// (decode: one scan, and one more where the parts of 4 tiles fit the workers). Then thread i
+// writes the rows of workers i, i + kMetadataThreads, ...: it finds the run holding the worker's
+// first item by binary search over the runs' first items (every unit has at least one item, so
+// non-empty runs start at increasing items) and walks that run's units to the one holding it
+// (their counts kept in shared memory from the first pass where a run is short). Workers whose
+// segments start at the end of the list (more workers than items) and the final row get (number
+// of units, 0). The cost is one pass over the inputs, a scan or two and O(workers / threads) work
+// per thread, whatever the batch: a few microseconds, dominated by launch latency.
 //
 // The kernel is launched with programmatic dependent launch: it waits for the previous kernel
 // (which may have produced its inputs) and immediately lets the next one (the logits kernel,
@@ -176,8 +176,7 @@ struct ScheduleScratch {
 // out[2 * (k - first_row)]. Called by all kThreads threads of the CTA (it synchronizes them).
 template <int kThreads, typename Units>
 __device__ void schedule_rows(const Units& units, int workers, int first_row, int last_row,
-                              ScheduleScratch<kThreads>& scratch,
-                              std::int32_t* out) {
+                              ScheduleScratch<kThreads>& scratch, std::int32_t* out) {
   constexpr int kChoices = Units::kSplitChoices;
   const std::int64_t count = units.count();
   const std::int64_t per_thread = schedule::ceil_div(count, kThreads);

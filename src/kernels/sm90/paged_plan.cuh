@@ -4,11 +4,12 @@
 //
 // Work decomposition (see schedule.hpp for the metadata): the metadata gives worker k the items
 // [(g0, i0), (g1, i1)) of a list of units (sequences; rows in the varlen form), an item being
-// one 64-key tile of a unit (the metadata chooses how many tiles a worker's segment holds). The kernel turns the segment into groups, rows that share
-// one block-table row and so one load of every key: the next_n rows of a sequence, or up to
-// varlen_group_rows(H) consecutive varlen rows with equal indices. Each row of a group keeps its
-// own range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded
-// when any row of the group needs it, and written only for the rows that do. So every (row, tile)
+// one 64-key tile of a unit (the metadata chooses the part lengths a segment is cut at). The
+// kernel turns the segment into groups, rows that share one block-table row and so one load of
+// every key: the next_n rows of a sequence, or up to varlen_group_rows(H) consecutive varlen rows
+// with equal indices. Each row of a group keeps its own range of 64-key tiles (its items inside
+// the segment, cut at its length); a tile is loaded when any row of the group needs it, and
+// written only for the rows that do. So every (row, tile)
 // is owned by exactly one worker (of a pair of workers, by one of the pair's CTAs: "CTA pairs"),
 // whatever the grouping.
 #pragma once
