@@ -9,9 +9,8 @@
 // every key: the next_n rows of a sequence, or up to varlen_group_rows(H) consecutive varlen rows
 // with equal indices. Each row of a group keeps its own range of 64-key tiles (its items inside
 // the segment, cut at its length); a tile is loaded when any row of the group needs it, and
-// written only for the rows that do. So every (row, tile)
-// is owned by exactly one worker (of a pair of workers, by one of the pair's CTAs: "CTA pairs"),
-// whatever the grouping.
+// written only for the rows that do. So every (row, tile) is owned by exactly one worker (of a
+// pair of workers, by one of the pair's CTAs: "CTA pairs"), whatever the grouping.
 #pragma once
 
 #include <cuda.h>
@@ -344,8 +343,9 @@ struct TileSlots {
 };
 
 // A group's rows of this CTA, at most kRows (the instance's mma_rows: a bound known at compile
-// time keeps the per-row loops short; in a pair the group has up to kMaxGroupRows rows in all). With kKeepRows the rows' own tiles are kept (the math warpgroups store
-// per row); without, only what loading needs (the producer runs on few registers).
+// time keeps the per-row loops short; in a pair the group has up to kMaxGroupRows rows in all).
+// With kKeepRows the rows' own tiles are kept (the math warpgroups store per row); without, only
+// what loading needs (the producer runs on few registers).
 template <int kRows, bool kKeepRows>
 struct Group {
   int first_row = 0;  // of q, weights and logits
@@ -502,9 +502,9 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
 }
 
 // Calls fn(group) for every group of this CTA's segment that has tiles, in order; groups have at
-// most kRows rows of this CTA (kRows >= p.group_rows, or >= pair_rows of it in a pair). Every role of the CTA (and of its pair) walks the
-// same sequence; garbage metadata can only make the walk shorter (units are bounded by p.units),
-// never read out of bounds.
+// most kRows rows of this CTA (kRows >= p.group_rows, or >= pair_rows of it in a pair). Every
+// role of the CTA (and of its pair) walks the same sequence; garbage metadata can only make the
+// walk shorter (units are bounded by p.units), never read out of bounds.
 template <int kRows, bool kKeepRows, bool kPaired, typename Fn>
 __device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
   const Segment seg = read_segment(p.schedule_meta, segment_rows<kPaired>(p));

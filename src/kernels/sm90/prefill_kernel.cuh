@@ -92,7 +92,8 @@ __device__ __forceinline__ void quad_reduce_scatter(const float (&v)[P], float (
 // (key, query) the relu * weight sum over the heads (|x| plus the folded columns where the block
 // folds), reduced over the quad: lane c keeps outputs p = 4i + c (quad_reduce_scatter).
 template <typename T, int kNumHeads, bool kFold, int kHeadDim, int kAccumulators>
-__device__ __forceinline__ void tile_half_sums(const std::uint8_t* keys, const std::uint8_t* q_group,
+__device__ __forceinline__ void tile_half_sums(const std::uint8_t* keys,
+                                               const std::uint8_t* q_group,
                                                float (&acc)[kAccumulators],
                                                const float4 (&lane_weights)[T::kLaneWeightFours],
                                                const float2* lane_multipliers,
