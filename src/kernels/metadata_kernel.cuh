@@ -157,12 +157,6 @@ struct PagedUnits {
 // search reads no global memory, which saves one dependent round trip to L2 per call.
 inline constexpr int kCachedRunUnits = 4;
 
-// A thread's parts under each of kChoices split choices.
-template <int kChoices>
-struct PartCounts {
-  std::int64_t parts[kChoices];
-};
-
 // Shared memory of schedule_rows for a CTA of kThreads threads.
 template <int kThreads>
 struct ScheduleScratch {
@@ -183,14 +177,14 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
   const std::int64_t begin = threadIdx.x * per_thread < count ? threadIdx.x * per_thread : count;
   const std::int64_t end = begin + per_thread < count ? begin + per_thread : count;
 
-  PartCounts<kChoices> mine{};
+  std::int64_t mine[kChoices] = {};  // the run's parts under each split choice
   for (std::int64_t unit = begin; unit < end; ++unit) {
     const std::int64_t items = units.items(unit);
     if (unit - begin < kCachedRunUnits) {
       scratch.run_unit_items[threadIdx.x][unit - begin] = static_cast<std::int32_t>(items);
     }
 #pragma unroll
-    for (int c = 0; c < kChoices; ++c) mine.parts[c] += Units::parts(items, c);
+    for (int c = 0; c < kChoices; ++c) mine[c] += Units::parts(items, c);
   }
   // The split's parts: each run's first and their total, under the choice the totals make. The
   // coarsest parts are always scanned (the fingerprint digests them); the finer ones only where
@@ -199,7 +193,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
   // constants only, so that they stay in registers.
   using Scan = cub::BlockScan<std::int64_t, kThreads>;
   std::int64_t first_item = 0, total = 0;
-  Scan(scratch.scan).ExclusiveSum(mine.parts[0], first_item, total);
+  Scan(scratch.scan).ExclusiveSum(mine[0], first_item, total);
   const std::int64_t fingerprint_items = total;
   int choice = 0;
   if constexpr (kChoices > 1) {
@@ -208,7 +202,7 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
 #pragma unroll
       for (int c = 1; c < kChoices; ++c) {
         __syncthreads();  // the scan's storage, reused
-        Scan(scratch.scan).ExclusiveSum(mine.parts[c], firsts[c], totals[c]);
+        Scan(scratch.scan).ExclusiveSum(mine[c], firsts[c], totals[c]);
       }
       choice = Units::choose(totals, workers);
 #pragma unroll
