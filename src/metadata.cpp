@@ -61,23 +61,19 @@ void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::i
                     std::int32_t* out) {
   // In the varlen form (indices given, next_n 1) every row is its own group, exactly as the
   // sequences of next_n = 1 are: the indices only tell the kernel which rows share keys.
-  std::vector<std::int64_t> group_tiles;
-  group_tiles.reserve(static_cast<std::size_t>(batch));
+  std::vector<std::int64_t> group_items;  // each group's tiles, then its parts of the split
+  group_items.reserve(static_cast<std::size_t>(batch));
   std::int64_t parts[schedule::kPagedSplitChoices] = {};
   for (std::int64_t b = 0; b < batch; ++b) {
-    group_tiles.push_back(schedule::paged_group_items(
+    group_items.push_back(schedule::paged_group_items(
         schedule::paged_unit_length(context_lens, lens_2d, lens_cols, b)));
     for (int c = 0; c < schedule::kPagedSplitChoices; ++c) {
-      parts[c] += schedule::paged_split_parts(group_tiles.back(), c);
+      parts[c] += schedule::paged_split_parts(group_items.back(), c);
     }
   }
   const int choice = schedule::paged_split_choice(parts, workers);
-  std::vector<std::int64_t> group_parts;
-  group_parts.reserve(group_tiles.size());
-  for (const std::int64_t tiles : group_tiles) {
-    group_parts.push_back(schedule::paged_split_parts(tiles, choice));
-  }
-  split_items(group_parts, workers, out, std::int64_t{1} << schedule::paged_split_shift(choice),
+  for (std::int64_t& items : group_items) items = schedule::paged_split_parts(items, choice);
+  split_items(group_items, workers, out, std::int64_t{1} << schedule::paged_split_shift(choice),
               parts[0]);
 }
 
