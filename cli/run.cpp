@@ -174,7 +174,7 @@ std::int64_t input_bytes(const support::PrefillWorkload& w) { return total_bytes
 std::int64_t input_bytes(const support::PagedWorkload& w) {
   std::map<std::int64_t, std::int64_t> tokens_per_sequence;
   for (std::int64_t r = 0; r < w.num_rows; ++r) {
-    auto& tokens = tokens_per_sequence[w.table_row(r)];
+    auto& tokens = tokens_per_sequence[w.sequence(r)];
     tokens = std::max(tokens, row_length(w, r));
   }
   std::int64_t key_bytes = 0;

@@ -111,7 +111,7 @@ void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
 }
 
 std::int64_t schedule_meta_rows(int num_sms) {
-  checks::expect_at_least("num_sms", "num_sms", num_sms, 1);
+  checks::expect_in_range("num_sms", "num_sms", num_sms, 1, checks::kMaxWorkers);
   return static_cast<std::int64_t>(num_sms) + 1;
 }
 

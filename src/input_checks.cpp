@@ -64,15 +64,28 @@ void check_paged_lengths(const PagedProblem& p) {
   }
 }
 
-// Block-table row of decode unit u: sequence u, or in the varlen form row u (indices checked).
-std::int64_t table_row_of(const PagedProblem& p, std::int64_t unit) {
-  if (p.indices == nullptr) return unit;
-  const std::int64_t index = p.indices[unit];
-  if (index < 0 || index >= p.table_rows) {
-    refuse("indices", "expected block-table rows in [0, " + std::to_string(p.table_rows) +
-                          "), got " + std::to_string(index) + at(unit));
+// Varlen rows of one sequence (a run of equal indices) share key loads, through the block-table
+// row of an earlier row of the run (problem.hpp): every row of a run must address the blocks of
+// the run's first row, over the keys of the run's longest row.
+void check_varlen_runs(const PagedProblem& p) {
+  for (std::int64_t first = 0, end = 0; first < p.batch; first = end) {
+    std::int64_t longest = 0;
+    for (end = first; end < p.batch && p.indices[end] == p.indices[first]; ++end) {
+      longest = std::max<std::int64_t>(longest, p.context_lens[end]);
+    }
+    const std::int32_t* first_row = p.block_table + first * p.block_table_row_stride;
+    for (std::int64_t row = first + 1; row < end; ++row) {
+      const std::int32_t* entries = p.block_table + row * p.block_table_row_stride;
+      for (std::int64_t block = 0; block < schedule::ceil_div(longest, p.block_kv); ++block) {
+        if (entries[block] == first_row[block]) continue;
+        refuse("block_table", "expected the rows of one varlen sequence (equal indices, rows " +
+                                  std::to_string(first) + " to " + std::to_string(end - 1) +
+                                  ") to hold the same block ids, got " +
+                                  std::to_string(entries[block]) + at(row, block) + " and " +
+                                  std::to_string(first_row[block]) + at(first, block));
+      }
+    }
   }
-  return index;
 }
 
 }  // namespace
@@ -85,9 +98,10 @@ PagedScales host_paged_scales(const PagedProblem& p) {
 void check_paged(const PagedProblem& p, const PagedScales& scales) {
   check_paged_lengths(p);
   const bool fp8 = p.format == Format::kFP8;
-  // Per unit, the blocks of its longest row: its other rows read a prefix of them.
+  // Per unit (a sequence, or a varlen row: block-table row `unit` either way), the blocks of its
+  // longest row: its other rows read a prefix of them.
   for (std::int64_t unit = 0; unit < p.batch; ++unit) {
-    const std::int64_t row = table_row_of(p, unit);
+    const std::int64_t row = unit;
     const std::int64_t len =
         schedule::paged_unit_length(p.context_lens, p.context_lens_2d, p.next_n, unit);
     for (std::int64_t block = 0; block < schedule::ceil_div(len, p.block_kv); ++block) {
@@ -109,6 +123,7 @@ void check_paged(const PagedProblem& p, const PagedScales& scales) {
       }
     }
   }
+  if (p.indices != nullptr) check_varlen_runs(p);
   std::vector<std::int32_t> expected(
       static_cast<std::size_t>((p.schedule_workers + 1) * schedule::kMetaCols));
   host::paged_metadata(p.context_lens, p.batch, p.context_lens_2d ? p.next_n : 1,
@@ -122,9 +137,13 @@ void check_prefill(const PrefillProblem& p) {
     for (std::int64_t row = 0; row < p.seq_len; ++row) {
       const schedule::Window w = schedule::prefill_row_window(p.k_start[row], p.k_end[row],
                                                               p.seq_len_kv);
-      if (w.hi - w.lo <= p.out_cols) continue;
+      // Key j lands in column j - start: a window needs its last key's column, which a
+      // negative start moves past the window's own width.
+      const std::int64_t columns = w.lo < w.hi ? w.hi - p.k_start[row] : 0;
+      if (columns <= p.out_cols) continue;
       refuse("max_seqlen_k", "expected at least the widest window (" +
-                                 std::to_string(w.hi - w.lo) + " keys" + at(row) + "), got " +
+                                 std::to_string(columns) + " columns from start " +
+                                 std::to_string(p.k_start[row]) + at(row) + "), got " +
                                  std::to_string(p.out_cols));
     }
   }

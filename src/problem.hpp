@@ -67,7 +67,7 @@ struct PagedProblem {
   std::int64_t table_rows = 0;
   std::int64_t max_blocks = 0;
   std::int64_t block_table_row_stride = 0;  // elements
-  const std::int32_t* indices = nullptr;    // [B] or null (varlen form, N == 1)
+  const std::int32_t* indices = nullptr;    // [B] or null (varlen form, N == 1): sequence labels
 
   const std::int32_t* schedule_meta = nullptr;  // [num_workers + 1, 2]
   int schedule_workers = 0;
@@ -81,8 +81,10 @@ struct PagedProblem {
 
 // Row r = b * N + t of a paged problem covers key positions [0, paged_effective_length): its
 // context length, clamped to the output width and to the keys its block-table row can address.
-// Key position p lives in block block_table[table_row(r)][p / block_kv], table_row(r) being b, or
-// indices[r] in the varlen form. A varlen index outside [0, table_rows) makes the row empty; keys
-// in a block whose id is outside [0, num_blocks) are treated as outside the window.
+// Key position p lives in block block_table[table_row(r)][p / block_kv], table_row(r) being b (r
+// in the varlen form, whose rows are tokens). Varlen rows with equal consecutive indices are one
+// sequence (a run) and share key loads: a row may read its keys through the block-table row of
+// an earlier row of its run, so a run's rows must address the same blocks (input_checks.hpp).
+// Keys in a block whose id is outside [0, num_blocks) are treated as outside the window.
 
 }  // namespace mqa_logits

@@ -175,14 +175,22 @@ bool expect_context_lens(Arg lens, std::int64_t batch, std::int64_t next_n) {
   return lens.view.rank == 2;
 }
 
+// One row per sequence, or per token (row of q) in the varlen form.
 void expect_block_table(Arg table, std::int64_t batch, bool varlen) {
   checks::expect_dtype(table, {DType::kInt32});
   checks::expect_rank(table, 2, "[B, max_blocks]");
-  if (!varlen) checks::expect_shape(table, {batch, table.view.shape[1]}, "[B, max_blocks]");
+  checks::expect_shape(table, {batch, table.view.shape[1]},
+                       varlen ? "[B, max_blocks] (a row per row of q in the varlen form)"
+                              : "[B, max_blocks]");
   // An empty table addresses nothing: any strides (numpy gives 0) will do.
-  if (table.view.numel() > 0 && table.view.shape[1] > 1 && table.view.strides[1] != 1) {
+  if (table.view.numel() == 0) return;
+  if (table.view.shape[1] > 1 && table.view.strides[1] != 1) {
     checks::refuse(table.name, "expected a contiguous last dim (stride 1), got stride " +
                                    std::to_string(table.view.strides[1]));
+  }
+  if (table.view.shape[0] > 1 && table.view.strides[0] < 0) {
+    checks::refuse(table.name, "expected a non-negative row stride (stride 0), got " +
+                                   std::to_string(table.view.strides[0]));
   }
 }
 
@@ -257,6 +265,13 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   placement.expect_memory({k_end, "k_end"});
   expect_memory(placement, options.schedule_meta, "schedule_meta");
   expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
+  const TensorView none = checks::no_tensor();
+  checks::expect_disjoint({logits, "logits"},
+                          {{q.values, "q"}, {q.scales ? *q.scales : none, "q_scales"},
+                           {kv.values, "kv"}, {*kv.scales, "kv_scales"}, {weights, "weights"},
+                           {k_start, "k_start"}, {k_end, "k_end"},
+                           {options.schedule_meta ? *options.schedule_meta : none,
+                            "schedule_meta"}});
 
   PrefillProblem problem;
   problem.format = format;
@@ -320,6 +335,13 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   placement.expect_memory({schedule_meta, "schedule_meta"});
   expect_memory(placement, options.indices, "indices");
   expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
+  const TensorView none = checks::no_tensor();
+  checks::expect_disjoint({logits, "logits"},
+                          {{q.values, "q"}, {q.scales ? *q.scales : none, "q_scales"},
+                           {kv_cache, "kv_cache"}, {weights, "weights"},
+                           {context_lens, "context_lens"}, {block_table, "block_table"},
+                           {schedule_meta, "schedule_meta"},
+                           {options.indices ? *options.indices : none, "indices"}});
 
   PagedProblem problem;
   problem.format = format;

@@ -4,9 +4,9 @@
 #include <charconv>
 #include <cstdint>
 #include <iterator>
-#include <limits>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "cuda/cuda_backend.hpp"
 #include "instances.hpp"
@@ -124,6 +124,11 @@ void expect_rank(Arg arg, int rank, std::string_view dims) {
       refuse(arg.name, "expected non-negative extents, got shape " + shape_string(arg.view));
     }
   }
+  if (!byte_span(arg.view)) {
+    const auto strides = std::span(arg.view.strides).first(static_cast<std::size_t>(rank));
+    refuse(arg.name, "expected elements spanning fewer than 2^63 bytes, got shape " +
+                         shape_string(arg.view) + " with strides " + int_list(strides));
+  }
 }
 
 void expect_shape(Arg arg, std::span<const std::int64_t> shape, std::string_view dims) {
@@ -161,6 +166,50 @@ void expect_row_major_rows(Arg arg) {
 
 std::int64_t row_stride(const TensorView& view) {
   return view.shape[0] > 1 ? view.strides[0] : view.shape[1];
+}
+
+std::optional<ByteSpan> byte_span(const TensorView& view) {
+  const auto element = static_cast<std::int64_t>(dtype_size(view.dtype));
+  const auto extents = std::span(view.shape).first(static_cast<std::size_t>(view.rank));
+  if (std::find(extents.begin(), extents.end(), 0) != extents.end()) return ByteSpan{0, 0};
+  std::int64_t count = 1;
+  for (const std::int64_t extent : extents) {
+    if (__builtin_mul_overflow(count, extent, &count)) return std::nullopt;
+  }
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, element, &bytes)) return std::nullopt;
+  ByteSpan span{0, element};
+  for (int d = 0; d < view.rank; ++d) {
+    std::int64_t reach = 0;  // bytes from the first element to the last along dim d
+    if (__builtin_mul_overflow(view.shape[d] - 1, view.strides[d], &reach) ||
+        __builtin_mul_overflow(reach, element, &reach)) {
+      return std::nullopt;
+    }
+    std::int64_t& edge = reach < 0 ? span.first : span.last;
+    if (__builtin_add_overflow(edge, reach, &edge)) return std::nullopt;
+  }
+  return span;
+}
+
+void expect_disjoint(Arg output, std::initializer_list<Arg> inputs) {
+  const auto bounds = [](Arg arg) {  // [begin, end) as addresses, after expect_rank
+    const ByteSpan span = *byte_span(arg.view);
+    const auto base = reinterpret_cast<std::uintptr_t>(arg.view.data);
+    return std::pair{base + static_cast<std::uintptr_t>(span.first),
+                     base + static_cast<std::uintptr_t>(span.last)};
+  };
+  const auto [out_begin, out_end] = bounds(output);
+  if (out_begin == out_end) return;
+  for (const Arg input : inputs) {
+    const auto [begin, end] = bounds(input);
+    if (begin == end || end <= out_begin || out_end <= begin) continue;
+    refuse(output.name, "expected memory apart from " + std::string(input.name) + "'s (the kernels "
+                        "read it while they write " + output.name + "), got bytes [" +
+                        hex_address(reinterpret_cast<const void*>(out_begin)) + ", " +
+                        hex_address(reinterpret_cast<const void*>(out_end)) + ") overlapping " +
+                        input.name + "'s [" + hex_address(reinterpret_cast<const void*>(begin)) +
+                        ", " + hex_address(reinterpret_cast<const void*>(end)) + ")");
+  }
 }
 
 // ---- Placement ----
@@ -276,9 +325,9 @@ int expect_schedule_meta(Arg meta) {
   expect_dtype(meta, {DType::kInt32});
   expect_rank(meta, 2, "[workers + 1, 2]");
   const std::int64_t rows = meta.view.shape[0];
-  if (rows < 2 || rows - 1 > std::numeric_limits<int>::max() || meta.view.shape[1] != 2) {
-    refuse(meta.name, "expected shape [workers + 1, 2] with workers >= 1, got " +
-                          shape_string(meta.view));
+  if (rows < 2 || rows - 1 > kMaxWorkers || meta.view.shape[1] != 2) {
+    refuse(meta.name, "expected shape [workers + 1, 2] with 1 <= workers <= " +
+                          std::to_string(kMaxWorkers) + ", got " + shape_string(meta.view));
   }
   expect_contiguous(meta);
   return static_cast<int>(rows - 1);

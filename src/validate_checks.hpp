@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,7 @@ void expect_in_range(const char* argument, std::string_view what, std::int64_t v
 inline constexpr std::int64_t kMaxColumns = 2147483647;
 
 void expect_dtype(Arg arg, std::initializer_list<DType> allowed, std::string_view reason = {});
+// Rank and non-negative extents whose elements span fewer than 2^63 bytes (byte_span).
 void expect_rank(Arg arg, int rank, std::string_view dims);  // dims: "[S, H, D]"
 // Rank and every extent; `dims` names them, e.g. "[S, H]".
 void expect_shape(Arg arg, std::span<const std::int64_t> shape, std::string_view dims);
@@ -47,6 +49,19 @@ void expect_row_major_rows(Arg arg);
 
 // Stride of dim 0 of a 2-D tensor; a single row reports the row length (its stride is unused).
 std::int64_t row_stride(const TensorView& view);
+
+// The bytes [first, last) that a view's elements span, as offsets from its data pointer (first
+// is negative where a stride is); [0, 0) for a view without elements (it addresses no memory);
+// nullopt where the element count or an offset does not fit 64 bits.
+struct ByteSpan {
+  std::int64_t first;
+  std::int64_t last;
+};
+std::optional<ByteSpan> byte_span(const TensorView& view);
+// An absent optional input for expect_disjoint: no elements, no memory.
+inline TensorView no_tensor() { return TensorView::contiguous(nullptr, DType::kInt32, {0}); }
+// No byte of `output` lies in the memory of any of `inputs` (a kernel would read what it writes).
+void expect_disjoint(Arg output, std::initializer_list<Arg> inputs);
 
 // Where the tensors of one call live: every tensor must be on the device of the first. On a CUDA
 // device the build must have the CUDA backend and the GPU must be able to run its kernels.
@@ -85,7 +100,9 @@ void expect_num_heads(const char* argument, std::string_view what, std::int64_t 
 // fp32 or bf16 weights; logits of the same or (fp32 weights only) either logits dtype.
 void expect_weights_dtype(Arg weights);
 void expect_logits_dtype(Arg logits, DType weights_dtype);
-// int32 [workers + 1, 2] with workers >= 1, contiguous; returns the worker count.
+// Schedule metadata describes 1 to kMaxWorkers workers (a CUDA grid of that many CTAs).
+inline constexpr int kMaxWorkers = 1 << 16;
+// int32 [workers + 1, 2] with 1 <= workers <= kMaxWorkers, contiguous; returns the worker count.
 int expect_schedule_meta(Arg meta);
 
 }  // namespace mqa_logits::checks

@@ -53,13 +53,14 @@ PrefillMetadataRequest validate_prefill_metadata(const TensorView& k_start,
   const std::int64_t seq_len = k_start.shape[0];
   checks::expect_shape({k_end, "k_end"}, {seq_len}, "[S] (as k_start)");
   expect_int32_contiguous({k_end, "k_end"});
-  checks::expect_at_least("seq_len_kv", "seq_len_kv", seq_len_kv, 0);
+  checks::expect_in_range("seq_len_kv", "seq_len_kv", seq_len_kv, 0, checks::kMaxColumns);
   checks::expect_num_heads("num_heads", "num_heads", num_heads);
   expect_metadata_out({out, "out"}, workers, "[get_num_sms() + 1, 2]");
 
   placement.expect_memory({k_start, "k_start"});
   placement.expect_memory({k_end, "k_end"});
   placement.expect_memory({out, "out"});
+  checks::expect_disjoint({out, "out"}, {{k_start, "k_start"}, {k_end, "k_end"}});
 
   PrefillMetadataRequest request;
   request.device = placement.device();
@@ -93,7 +94,7 @@ PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int
   const std::int64_t next_n = lens_2d ? context_lens.shape[1] : 1;
   if (lens_2d) checks::expect_one_of(lens.name, "next_n (dim 1)", next_n, {1, 2, 3, 4, 5, 6, 7, 8});
   checks::expect_one_of("block_kv", "block_kv", block_kv, {32, 64});
-  checks::expect_at_least("num_sms", "num_sms", num_sms, 1);
+  checks::expect_in_range("num_sms", "num_sms", num_sms, 1, checks::kMaxWorkers);
   if (indices) {
     if (next_n != 1) {
       checks::refuse("indices", "expected next_n 1 (context_lens [B] or [B, 1]) in the varlen "
@@ -107,6 +108,9 @@ PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int
   placement.expect_memory(lens);
   placement.expect_memory({out, "out"});
   if (indices) placement.expect_memory({*indices, "indices"});
+  const TensorView none = checks::no_tensor();
+  checks::expect_disjoint({out, "out"},
+                          {{context_lens, "context_lens"}, {indices ? *indices : none, "indices"}});
 
   PagedMetadataRequest request;
   request.device = placement.device();

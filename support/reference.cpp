@@ -49,7 +49,6 @@ std::vector<WindowKey> window_keys(const PagedWorkload& w, std::int64_t row) {
   const auto& spec = w.spec;
   const std::int64_t bkv = spec.block_kv;
   const std::int64_t table_row = w.table_row(row);
-  if (table_row < 0 || table_row >= w.table_rows) return {};
 
   // The clamping rules of src/problem.hpp: the output width and the block-table row's reach.
   const std::int64_t length = std::min({std::max<std::int64_t>(w.context_length(row), 0),

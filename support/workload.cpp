@@ -309,11 +309,11 @@ void fill_windows(const PrefillSpec& spec, HostBuffer& start_buffer, HostBuffer&
 
 // ---- paged sequences ---------------------------------------------------------------------------
 
-// Per output row: its block-table row and the value stored in context_lens for it.
+// Per output row: its sequence and the value stored in context_lens for it.
 struct PagedRows {
   std::vector<std::int32_t> lens;     // the context_lens tensor ([B] or [B * N])
-  std::vector<std::int32_t> indices;  // varlen only
-  std::int64_t table_rows = 0;
+  std::vector<std::int32_t> indices;  // varlen only: each row's sequence
+  std::int64_t sequences = 0;
 };
 
 std::int32_t draw_context(Rng& rng, const PagedSpec& spec) {
@@ -337,15 +337,15 @@ PagedRows paged_rows(const PagedSpec& spec) {
       const std::int64_t run = std::min<std::int64_t>(rng.uniform_int(1, 4), spec.batch - r);
       const std::int32_t base = draw_context(rng, spec);
       for (std::int64_t k = 0; k < run; ++k, ++r) {
-        rows.indices.push_back(static_cast<std::int32_t>(rows.table_rows));
+        rows.indices.push_back(static_cast<std::int32_t>(rows.sequences));
         rows.lens.push_back(explicit_lens ? spec.explicit_context_lens[r]
                                           : std::max<std::int32_t>(0, base - static_cast<std::int32_t>(run - k - 1)));
       }
-      ++rows.table_rows;
+      ++rows.sequences;
     }
     return rows;
   }
-  rows.table_rows = spec.batch;
+  rows.sequences = spec.batch;
   if (explicit_lens) {
     const std::int64_t expected = spec.lens_2d ? spec.batch * n : spec.batch;
     if (static_cast<std::int64_t>(spec.explicit_context_lens.size()) != expected) {
@@ -593,19 +593,19 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
   w.block_stride_bytes = bkv * (w.token_bytes + 4) + spec.extra_block_stride_bytes;
 
   const PagedRows rows = paged_rows(spec);
-  w.table_rows = rows.table_rows;
+  w.table_rows = spec.batch;
   w.buffers.resize(PagedWorkload::kNumSlots);
   store_context_lens(rows, w);
   w.buffers[PagedWorkload::kIndices] = make_buffer("indices", rows.indices.size() * 4);
   std::memcpy(w.buffers[PagedWorkload::kIndices].bytes.data(), rows.indices.data(),
               rows.indices.size() * 4);
 
-  // Keys each block-table row must address: the longest of its rows.
-  std::vector<std::int64_t> needed(w.table_rows, 0);
+  // Keys each sequence's block-table entries must address: the longest of its rows.
+  std::vector<std::int64_t> needed(rows.sequences, 0);
   std::int64_t longest = 0;
   for (std::int64_t r = 0; r < w.num_rows; ++r) {
     const std::int64_t len = std::max<std::int64_t>(0, w.context_length(r));
-    needed[w.table_row(r)] = std::max(needed[w.table_row(r)], len);
+    needed[w.sequence(r)] = std::max(needed[w.sequence(r)], len);
     longest = std::max(longest, len);
   }
   w.max_context_len = spec.max_context_len > 0 ? spec.max_context_len : longest;
@@ -629,10 +629,18 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
       make_buffer("block_table", w.table_rows * w.max_blocks * 4, kPoison);
   auto* table = typed<std::int32_t>(w.buffers[PagedWorkload::kBlockTable]);
   std::vector<std::int32_t> used_ids;
-  for (std::int64_t row = 0, next = 0; row < w.table_rows; ++row) {
-    for (std::int64_t k = 0; k * bkv < needed[row]; ++k) {
-      table[row * w.max_blocks + k] = ids[next];
-      used_ids.push_back(ids[next++]);
+  std::vector<std::int64_t> first_id(rows.sequences);  // of the sequence's run in used_ids
+  for (std::int64_t sequence = 0; sequence < rows.sequences; ++sequence) {
+    first_id[sequence] = static_cast<std::int64_t>(used_ids.size());
+    for (std::int64_t k = 0; k * bkv < needed[sequence]; ++k) {
+      used_ids.push_back(ids[used_ids.size()]);
+    }
+  }
+  // A table row per sequence, or per token in the varlen form: its sequence's entries.
+  for (std::int64_t row = 0; row < w.table_rows; ++row) {
+    const std::int64_t sequence = spec.varlen_indices ? rows.indices[row] : row;
+    for (std::int64_t k = 0; k * bkv < needed[sequence]; ++k) {
+      table[row * w.max_blocks + k] = used_ids[first_id[sequence] + k];
     }
   }
 
@@ -733,6 +741,10 @@ const std::uint8_t* PagedWorkload::kv_cache() const {
 }
 
 std::int64_t PagedWorkload::table_row(std::int64_t row) const {
+  return spec.varlen_indices ? row : row / spec.next_n;
+}
+
+std::int64_t PagedWorkload::sequence(std::int64_t row) const {
   return spec.varlen_indices ? indices()[row] : row / spec.next_n;
 }
 

@@ -153,8 +153,9 @@ struct PagedSpec {
   std::int64_t avg_context = 1024;
   double context_jitter = 0.0;  // sequence contexts uniform in [(1-j)avg, (1+j)avg]
   bool lens_2d = false;         // context_lens [B, N] instead of [B]
-  // Varlen form: rows are tokens; runs of 1 to 4 consecutive rows form one sequence (one
-  // block-table row, indices[r] = its sequence) with causal lengths base, base+1, ...
+  // Varlen form: rows are tokens; runs of 1 to 4 consecutive rows form one sequence
+  // (indices[r] = its sequence; each row's block-table row holds the sequence's blocks) with
+  // causal lengths base, base+1, ...
   bool varlen_indices = false;
   std::int64_t extra_block_stride_bytes = 0;  // multiple of 4: blocks spaced wider than needed
   DType weights_dtype = DType::kFloat32;
@@ -193,7 +194,7 @@ struct PagedWorkload {
   std::int64_t num_blocks = 0;  // blocks in the cache
   std::int64_t token_bytes = 0;         // D, or D / 2 for MXFP4
   std::int64_t block_stride_bytes = 0;  // block_kv * (token_bytes + 4) + extra
-  std::int64_t table_rows = 0;          // B, or the number of sequences (varlen)
+  std::int64_t table_rows = 0;          // B: sequences, or tokens (rows) in the varlen form
   std::int64_t max_blocks = 0;          // block-table columns
   std::int64_t max_context_len = 0;     // output columns
 
@@ -216,9 +217,10 @@ struct PagedWorkload {
   std::span<const std::int32_t> indices() const;      // empty unless varlen
   const std::uint8_t* kv_cache() const;
 
-  // Block-table row of output row r (-1 or >= table_rows: no keys), and its context length as
-  // the contract defines it (before the clamping rules of src/problem.hpp).
+  // Block-table row of output row r, its sequence, and its context length as the contract
+  // defines it (before the clamping rules of src/problem.hpp).
   std::int64_t table_row(std::int64_t row) const;
+  std::int64_t sequence(std::int64_t row) const;
   std::int64_t context_length(std::int64_t row) const;
 };
 

@@ -593,19 +593,24 @@ TEST(CpuPaged, EdgeContextLengths) {
   }
 }
 
-// The clamping rules of problem.hpp: invalid block ids and varlen indices, and a block table
-// narrower than the contexts.
+// Sets block-table entry (row, column) of a varlen workload in every row of the row's sequence,
+// whose rows must hold the same blocks.
+void set_sequence_entry(PagedWorkload& w, std::int64_t row, std::int64_t column, std::int32_t id) {
+  auto* table = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
+  for (std::int64_t r = 0; r < w.num_rows; ++r) {
+    if (w.sequence(r) == w.sequence(row)) table[r * w.max_blocks + column] = id;
+  }
+}
+
+// The clamping rules of problem.hpp: invalid block ids, and a block table narrower than the
+// contexts (varlen form: a sequence's rows alike).
 TEST(CpuPaged, ClampingRules) {
   PagedSpec spec{.format = Format::kFP8, .batch = 9, .num_heads = 8, .head_dim = 64,
                  .block_kv = 32, .avg_context = 200, .context_jitter = 0.5,
                  .varlen_indices = true, .clean_logits = true, .seed = 5000};
   PagedWorkload w = support::make_paged_workload(spec);
-  auto* table = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
-  table[1] = -1;
-  table[w.max_blocks + 2] = static_cast<std::int32_t>(w.num_blocks);
-  auto* indices = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kIndices].bytes.data());
-  indices[3] = -1;
-  indices[5] = static_cast<std::int32_t>(w.table_rows + 2);
+  set_sequence_entry(w, 0, 1, -1);
+  set_sequence_entry(w, w.num_rows - 1, 2, static_cast<std::int32_t>(w.num_blocks));
   const Output full = run_paged(w, 2);
   expect_matches_reference(w, full, describe(spec));
 
@@ -621,6 +626,31 @@ TEST(CpuPaged, ClampingRules) {
       ASSERT_EQ(got, want) << "row " << row << " column " << col;
     }
   }
+}
+
+// Unchecked inputs (check_inputs false, as the GPU takes them): a varlen sequence whose rows hold
+// different blocks. A row may read its keys through another row of its sequence, but with
+// clean_logits every element of every row is still written (-inf where that row's block is
+// invalid), never left as it was.
+TEST(CpuPaged, CleanWritesEveryElementWhereASequencesRowsDisagree) {
+  PagedSpec spec{.format = Format::kFP8, .batch = 12, .num_heads = 8, .head_dim = 64,
+                 .block_kv = 32, .avg_context = 150, .varlen_indices = true,
+                 .clean_logits = true, .seed = 5100};
+  PagedWorkload w = support::make_paged_workload(spec);
+  std::int64_t first = 0;  // the first row of a sequence of two rows or more
+  while (first + 1 < w.num_rows && w.sequence(first + 1) != w.sequence(first)) ++first;
+  ASSERT_LT(first + 1, w.num_rows) << "no sequence of two rows";
+  auto* table = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
+  table[first * w.max_blocks] = -1;  // the sequence's first row: block 0 invalid, the others' valid
+  const Output out = run_paged(w, 2);
+  std::int64_t unwritten = 0;
+  for (std::int64_t row = 0; row < w.num_rows; ++row) {
+    for (std::int64_t col = 0; col < w.layout.cols; ++col) {
+      unwritten += std::isnan(
+          support::read_logit(out.bytes.data(), DType::kFloat32, w.layout, row, col));
+    }
+  }
+  EXPECT_EQ(unwritten, 0);
 }
 
 TEST(CpuPaged, WithinSpecOfUnquantizedInputs) {

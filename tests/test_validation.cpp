@@ -2,14 +2,17 @@
 // leaves the output untouched. Valid calls must pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "mqa_logits/mqa_logits.hpp"
 #include "validate.hpp"
+#include "validate_checks.hpp"
 #include "validation_inputs.hpp"
 
 namespace mqa_logits {
@@ -84,6 +87,9 @@ TEST(PrefillValidation, OffsetsBeyond32Bits) {
   in.k_end.shape = {S};
   in.logits.shape = {S, T};
   in.logits.strides = {T, 1};
+  // Validation reads no data: the logits' 11 GB view sits at an address of its own, apart from
+  // the other views (which it would otherwise overlap).
+  in.logits.data = reinterpret_cast<void*>(std::uintptr_t{1} << 46);
   const PrefillProblem p =
       validate_prefill(in.q, in.kv, in.weights, in.k_start, in.k_end, in.logits, in.options);
   EXPECT_GT(p.seq_len * p.logits_row_stride, std::int64_t{1} << 31);
@@ -217,6 +223,42 @@ TEST(PrefillValidation, RefusesBadCompressedOutput) {
   PrefillInputs mismatch;  // logits stay [S, T]
   mismatch.options.max_seqlen_k = 20;
   expect_call_refused(mismatch, "logits");
+}
+
+// Compressed output: key j of row i lands in column j - start[i], so a window from a negative
+// start needs end - start columns, more than its keys (the CPU backend's check).
+TEST(PrefillValidation, CompressedOutputCountsColumnsFromTheStart) {
+  const auto inputs = [](std::int32_t start) {
+    auto in = std::make_unique<PrefillInputs>();  // S = 6, T = 50: compressed as wide as T
+    in->options.max_seqlen_k = 50;
+    std::fill(in->start_data.begin(), in->start_data.end(), 0);
+    std::fill(in->end_data.begin(), in->end_data.end(), 5);
+    in->start_data[2] = start;
+    return in;
+  };
+  EXPECT_NO_THROW(inputs(-45)->call());  // keys 0-4 in columns 45-49
+  expect_call_refused(*inputs(-46), "max_seqlen_k");  // key 4 in column 50
+}
+
+// The logits may not share memory with an input, nor may a view span 2^63 bytes or more.
+TEST(PrefillValidation, RefusesOverlappingAndOversizedViews) {
+  PrefillInputs queries;
+  queries.q.values.data = queries.out.bytes.data();
+  expect_call_refused(queries, "logits");
+  PrefillInputs ends;
+  ends.k_end.data = ends.out.bytes.data() + ends.out.bytes.size() - 1024;  // the last row
+  expect_call_refused(ends, "logits");
+  PrefillInputs huge;
+  huge.q.values.shape[0] = std::int64_t{1} << 60;  // S x H x D elements past 2^63
+  expect_call_refused(huge, "q");
+  TensorView wide = TensorView::contiguous(nullptr, DType::kFloat32, {4, 8});
+  wide.strides[0] = std::numeric_limits<std::int64_t>::max() / 2;  // its last row past 2^63 bytes
+  EXPECT_FALSE(checks::byte_span(wide).has_value());
+  wide.strides[0] = -8;  // rows backwards: the span starts 3 rows before the pointer
+  const auto span = checks::byte_span(wide);
+  ASSERT_TRUE(span.has_value());
+  EXPECT_EQ(span->first, -3 * 8 * 4);
+  EXPECT_EQ(span->last, 8 * 4);
 }
 
 TEST(PrefillValidation, RefusesScheduleMetadataOfTheWrongSize) {

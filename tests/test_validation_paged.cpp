@@ -3,12 +3,15 @@
 // must pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "mqa_logits/mqa_logits.hpp"
 #include "validate.hpp"
+#include "validate_checks.hpp"
 #include "validation_inputs.hpp"
 
 namespace mqa_logits {
@@ -31,13 +34,46 @@ TEST(PagedValidation, ValidCallsPass) {
   clean.options.clean_logits = true;
   EXPECT_NO_THROW(clean.call());
   EXPECT_FALSE(clean.out.untouched());
-  // Varlen form: rows with their own block-table rows chosen by index, 1-D lengths.
+  // Varlen form: a block-table row per row (token), 1-D lengths; the indices only label
+  // sequences (rows 0 and 1 are one, so they hold the same blocks).
   PagedInputs varlen(Format::kFP8, 4, 1);
-  std::vector<std::int32_t> indices{0, 0, 2, 1};
+  std::vector<std::int32_t> indices{7, 7, -2, 40};
   varlen.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
   varlen.context_lens = TensorView::contiguous(varlen.lens_data.data(), DType::kInt32, {4});
-  varlen.block_table.shape[0] = 3;
+  std::copy_n(varlen.table_data.begin(), varlen.max_blocks,
+              varlen.table_data.begin() + varlen.max_blocks);
   EXPECT_NO_THROW(varlen.call());
+}
+
+// Varlen rows of one sequence load its keys once, through one of its rows' block-table row: the
+// CPU backend (and the CUDA checking mode) refuse a sequence whose rows hold different blocks
+// over the keys of its longest row, and accept any entries past them.
+TEST(PagedValidation, VarlenSequenceRowsHoldTheSameBlocks) {
+  const auto varlen_inputs = [](std::vector<std::int32_t>& indices) {
+    auto in = std::make_unique<PagedInputs>(Format::kFP8, 4, 1, 16, 64, 64, 150);
+    in->options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
+    in->context_lens = TensorView::contiguous(in->lens_data.data(), DType::kInt32, {4});
+    in->lens_data = {100, 60, 5, 150};  // rows 0 and 1 one sequence: blocks 0 and 1 shared
+    for (std::int64_t k = 0; k < in->max_blocks; ++k) {
+      in->table_data[in->max_blocks + k] = in->table_data[k];
+    }
+    return in;
+  };
+  std::vector<std::int32_t> indices{3, 3, 4, 5};
+  auto same = varlen_inputs(indices);
+  EXPECT_NO_THROW(same->call());
+  auto past_keys = varlen_inputs(indices);  // block 2 lies past the sequence's 100 keys
+  past_keys->table_data[past_keys->max_blocks + 2] = past_keys->table_data[2] + 1;
+  EXPECT_NO_THROW(past_keys->call());
+  auto differing = varlen_inputs(indices);  // row 1's second block: inside row 0's 100 keys
+  differing->table_data[differing->max_blocks + 1] =
+      (differing->table_data[1] + 1) % static_cast<std::int32_t>(differing->num_blocks);
+  expect_call_refused(*differing, "block_table");
+  std::vector<std::int32_t> apart{3, 4, 3, 5};  // equal labels, not consecutive: two sequences
+  auto separate = varlen_inputs(apart);
+  separate->table_data[separate->max_blocks + 1] =
+      (separate->table_data[1] + 1) % static_cast<std::int32_t>(separate->num_blocks);
+  EXPECT_NO_THROW(separate->call());
 }
 
 TEST(PagedValidation, DescriptorHasEveryField) {
@@ -142,6 +178,29 @@ TEST(PagedValidation, RefusesWrongStride) {
   expect_call_refused(logits, "logits");
 }
 
+TEST(PagedValidation, RefusesVarlenTablesOfSequencesAndNegativeRowStrides) {
+  PagedInputs varlen(Format::kFP8, 4, 1);  // one block-table row per row, not per sequence
+  std::vector<std::int32_t> indices{0, 0, 1, 2};
+  varlen.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
+  varlen.context_lens = TensorView::contiguous(varlen.lens_data.data(), DType::kInt32, {4});
+  varlen.block_table.shape[0] = 3;
+  expect_call_refused(varlen, "block_table");
+  PagedInputs reversed;  // rows read backwards from the last one
+  reversed.block_table.data = reversed.table_data.data() + 2 * reversed.max_blocks;
+  reversed.block_table.strides[0] = -reversed.max_blocks;
+  expect_call_refused(reversed, "block_table");
+}
+
+// The logits may not share memory with an input: the kernels would read what they write.
+TEST(PagedValidation, RefusesLogitsOverlappingAnInput) {
+  PagedInputs weights;  // the weights read from the logits' last row
+  weights.weights.data = weights.out.bytes.data() + (weights.out.bytes.size() - 1024);
+  expect_call_refused(weights, "logits");
+  PagedInputs table;  // the block table in the logits' first row
+  table.block_table.data = table.out.bytes.data();
+  expect_call_refused(table, "logits");
+}
+
 TEST(PagedValidation, AcceptsAnyBlockTableRowStride) {
   PagedInputs in;
   in.block_table.shape[1] = 2;  // view the first two blocks of each row
@@ -205,6 +264,9 @@ TEST(PagedValidation, RefusesScheduleMetadataOfTheWrongSize) {
   PagedInputs flat;
   flat.schedule_meta.rank = 1;
   expect_call_refused(flat, "schedule_meta");
+  PagedInputs too_many;  // workers past checks::kMaxWorkers (validation reads no row)
+  too_many.schedule_meta.shape[0] = checks::kMaxWorkers + 2;
+  expect_call_refused(too_many, "schedule_meta");
 }
 
 TEST(PagedValidation, RefusesMixedDevicesAndNullPointers) {
@@ -254,6 +316,10 @@ TEST(MetadataValidation, PagedRefusals) {
   refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, 7, out.view()); }, out, "out");
   refused([&] { get_paged_mqa_logits_metadata(lens_1d, 16, 8, out.view()); }, out, "block_kv");
   refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, 0, out.view()); }, out, "num_sms");
+  refused([&] { get_paged_mqa_logits_metadata(lens_1d, 64, checks::kMaxWorkers + 1, out.view()); },
+          out, "num_sms");
+  const auto lens_in_out = TensorView::contiguous(out.view().data, DType::kInt32, {6});
+  refused([&] { get_paged_mqa_logits_metadata(lens_in_out, 64, 8, out.view()); }, out, "out");
   refused([&] { get_paged_mqa_logits_metadata(lens_2d, 64, 8, out.view(), index_view); }, out,
           "indices");
   auto float_lens = lens_1d;
@@ -284,6 +350,9 @@ TEST(MetadataValidation, PrefillRefusals) {
           "num_heads");
   refused([&] { get_mqa_logits_metadata(start_view, end_view, -1, 16, right.view()); }, right,
           "seq_len_kv");
+  refused([&] { get_mqa_logits_metadata(start_view, end_view, checks::kMaxColumns + 1, 16,
+                                        right.view()); },
+          right, "seq_len_kv");  // T past what the logits functions take
   refused([&] { get_mqa_logits_metadata(start_view, short_end, 40, 16, right.view()); }, right,
           "k_end");
   EXPECT_NO_THROW(get_mqa_logits_metadata(start_view, end_view, 40, 16, right.view()));
@@ -299,6 +368,7 @@ TEST(Settings, RefuseInvalidSmCounts) {
   expect_refused([] { set_num_sms(1 << 20); }, "num_sms");
   EXPECT_EQ(get_num_sms(), before);
   expect_refused([] { schedule_meta_rows(0); }, "num_sms");
+  expect_refused([] { schedule_meta_rows(checks::kMaxWorkers + 1); }, "num_sms");
   EXPECT_EQ(schedule_meta_rows(132), 133);
 }
 

@@ -49,12 +49,13 @@ struct MqaLogitsOptions {
   // Without it the CUDA kernel computes the same even split itself at the start of each call
   // (a pass over the windows, ~2-4 us); with it that is done once for calls sharing the windows.
   std::optional<TensorView> schedule_meta;
-  // Check the inputs whose values validation does not read (block ids, context lengths, varlen
-  // indices, key scales, windows against max_seqlen_k, schedule metadata) and refuse them with
-  // InvalidArgument. Unset: the backend's default. The CPU backend checks them; the CUDA backend
-  // does not (docs/contract.md says what such inputs give), unless the environment variable
-  // MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device checking copies them to the
-  // host and synchronizes the stream: a debugging mode. false on the CPU gives what the GPU gives.
+  // Check the inputs whose values validation does not read (block ids, context lengths, the
+  // tables of varlen sequences, key scales, windows against max_seqlen_k, schedule metadata)
+  // and refuse them with InvalidArgument. Unset: the backend's default. The CPU backend checks
+  // them; the CUDA backend does not (docs/contract.md says what such inputs give), unless the
+  // environment variable MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device
+  // checking copies them to the host and synchronizes the stream: a debugging mode. false on the
+  // CPU gives what the GPU gives.
   std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };
@@ -79,15 +80,17 @@ void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const Tenso
 
 struct PagedMqaLogitsOptions {
   bool clean_logits = false;
-  // Varlen form ([B] int32, next_n = 1): row r reads block_table row indices[r]; consecutive
-  // rows with equal indices belong to one sequence and share key loads.
+  // Varlen form ([B] int32, next_n = 1; rows are tokens): sequence labels. Consecutive rows
+  // with equal labels are one sequence and share key loads, so their block_table rows must hold
+  // the same block ids over the sequence's keys (checked where inputs are checked).
   std::optional<TensorView> indices;
-  // Check the inputs whose values validation does not read (block ids, context lengths, varlen
-  // indices, key scales, windows against max_seqlen_k, schedule metadata) and refuse them with
-  // InvalidArgument. Unset: the backend's default. The CPU backend checks them; the CUDA backend
-  // does not (docs/contract.md says what such inputs give), unless the environment variable
-  // MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device checking copies them to the
-  // host and synchronizes the stream: a debugging mode. false on the CPU gives what the GPU gives.
+  // Check the inputs whose values validation does not read (block ids, context lengths, the
+  // tables of varlen sequences, key scales, windows against max_seqlen_k, schedule metadata)
+  // and refuse them with InvalidArgument. Unset: the backend's default. The CPU backend checks
+  // them; the CUDA backend does not (docs/contract.md says what such inputs give), unless the
+  // environment variable MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device
+  // checking copies them to the host and synchronizes the stream: a debugging mode. false on the
+  // CPU gives what the GPU gives.
   std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };
@@ -101,7 +104,8 @@ OutputLayout paged_mqa_logits_output_layout(std::int64_t num_rows, std::int64_t 
 //               multiple of 4 bytes at least block_kv * (D + 4).
 // weights:      [B * N, H] fp32 or bf16
 // context_lens: [B, N] (row b*N+t has L = lens[b, t]) or [B] (L = lens[b] - N + t + 1)
-// block_table:  [B (or #sequences with indices), max_blocks] int32, last dim contiguous
+// block_table:  [B, max_blocks] int32 (a row per row of q in the varlen form), last dim
+//               contiguous, row stride >= 0
 // schedule_meta: get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms[, indices])
 // logits:       [B * N, max_context_len] fp32 or bf16, last dim contiguous
 void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,

@@ -114,10 +114,12 @@ def fp8_fp4_mqa_logits(
         cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
             T); an empty or inverted window is an empty row.
         clean_logits: when True, every element outside a window is exactly ``-inf``; when False
-            those elements are unspecified. Default True.
+            those elements are unspecified. Default True (a bool, 0 or 1, or None:
+            False).
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
             output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
-            widest window (the CPU backend and the checking mode refuse a narrower one; the GPU
+            widest window counted from its start (``end - start`` columns, also where start is
+            negative; the CPU backend and the checking mode refuse a narrower one; the GPU
             drops window columns past the width). Default 0.
         logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
             ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
@@ -202,10 +204,11 @@ def fp8_mqa_logits(
         cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
             T); an empty or inverted window is an empty row.
         clean_logits: when True, every element outside a window is exactly ``-inf``; when False
-            those elements are unspecified. Default True.
+            those elements are unspecified. Default True (a bool, 0 or 1, or None:
+            False).
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
             output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
-            widest window. Default 0.
+            widest window counted from its start (``end - start`` columns). Default 0.
 
     Returns:
         float32 logits ``[S, T]`` (or ``[S, max_seqlen_k]``) on q's device and of q's framework:
@@ -351,7 +354,7 @@ def get_paged_mqa_logits_metadata(
             gets them. Contiguous.
         block_kv: tokens per KV-cache block: 32 or 64.
         num_sms: workers to split the work across (``>= 1``); pass :func:`get_num_sms`.
-        indices: None, or ``[B]`` int32 block-table rows of the varlen form (N = 1), as the
+        indices: None, or ``[B]`` int32 sequence labels of the varlen form (N = 1), as the
             decode call gets them. Default None.
 
     Returns:
@@ -427,25 +430,29 @@ def fp8_fp4_paged_mqa_logits(
             Contiguous.
         context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
             ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
-        block_table: ``[B, max_blocks]`` int32 block ids (``[rows, max_blocks]`` in the varlen
-            form), last dim contiguous, any row stride.
+        block_table: ``[B, max_blocks]`` int32 block ids, a row per sequence (per row of q in
+            the varlen form, the rows of a sequence holding its blocks, as ``repeat_interleave``
+            gives them), last dim contiguous, any row stride ``>= 0``.
         schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
             indices), this block_kv and :func:`get_num_sms` workers.
         max_context_len: output columns (``>= 0``).
         clean_logits: when True, the columns at or past a row's context length are exactly
-            ``-inf``; when False they are unspecified. Default False.
+            ``-inf``; when False they are unspecified. Default False (a bool, 0 or
+            1, or None: False).
         logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
             ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
             (``numpy.float32`` without torch).
-        indices: None, or ``[B]`` int32 (varlen form, N = 1): row ``r`` reads block-table row
-            ``indices[r]``; consecutive rows with the same index are one sequence. Default None.
+        indices: None, or ``[B]`` int32 (varlen form, N = 1): sequence labels; consecutive
+            rows with equal labels are one sequence, whose keys are loaded once (its rows must
+            hold the same block ids over its keys: the CPU backend checks). Default None.
 
     Returns:
         The logits, ``[B * N, max_context_len]`` of logits_dtype, on q's device and of q's
         framework: a view of rows padded to a multiple of 1024 bytes. ``B = 0`` gives ``[0,
-        max_context_len]``, ``max_context_len = 0`` gives ``[B * N, 0]``, and a row whose context
-        length is 0 (or negative) is all ``-inf`` when clean_logits. Block ids out of range
-        read no key (their positions are ``-inf`` when clean_logits).
+        max_context_len]``, ``max_context_len = 0`` gives ``[B * N, 0]``, and a row of no keys
+        (context length 0, or below 1 by the 1-D formula) is all ``-inf`` when clean_logits.
+        Stored negative lengths and block ids out of range are refused by the CPU backend; the
+        CUDA backend reads no key through such ids (docs/contract.md).
 
     Raises:
         TypeError: an argument of the wrong type or dtype, e.g. ``"block_table: expected dtype
@@ -517,21 +524,23 @@ def fp8_paged_mqa_logits(
             :func:`fp8_fp4_paged_mqa_logits`). Contiguous.
         context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
             ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
-        block_table: ``[B, max_blocks]`` int32 block ids (``[rows, max_blocks]`` in the varlen
-            form), last dim contiguous, any row stride.
+        block_table: ``[B, max_blocks]`` int32 block ids, a row per sequence (per row of q in
+            the varlen form, the rows of a sequence holding its blocks, as ``repeat_interleave``
+            gives them), last dim contiguous, any row stride ``>= 0``.
         schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
             indices), this block_kv and :func:`get_num_sms` workers.
         max_context_len: output columns (``>= 0``).
         clean_logits: when True, the columns at or past a row's context length are exactly
-            ``-inf``; when False they are unspecified. Default False.
-        indices: None, or ``[B]`` int32 (varlen form, N = 1): row ``r`` reads block-table row
-            ``indices[r]``. Default None.
+            ``-inf``; when False they are unspecified. Default False (a bool, 0 or
+            1, or None: False).
+        indices: None, or ``[B]`` int32 (varlen form, N = 1): sequence labels, as for
+            :func:`fp8_fp4_paged_mqa_logits`. Default None.
 
     Returns:
         float32 logits ``[B * N, max_context_len]`` on q's device and of q's framework: a view
         of rows padded to a multiple of 1024 bytes. ``B = 0`` gives ``[0, max_context_len]``,
-        ``max_context_len = 0`` gives ``[B * N, 0]``, and a row whose context length is 0 (or
-        negative) is all ``-inf`` when clean_logits.
+        ``max_context_len = 0`` gives ``[B * N, 0]``, and a row of no keys (context length 0, or
+        below 1 by the 1-D formula) is all ``-inf`` when clean_logits.
 
     Raises:
         TypeError: an argument of the wrong type or dtype, e.g. ``"weights: expected dtype

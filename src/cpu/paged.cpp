@@ -1,7 +1,8 @@
-// CPU decode: rows that share a block-table row (the next_n tokens of a sequence, or a run of
-// varlen tokens with one index) form a group of at most kMaxGroupRows rows that decodes each key
-// once. Work items are (group, chunk of kChunkKeys positions). Every output element is computed
-// by one item the same way, so the thread count never matters.
+// CPU decode: the rows of one sequence (its next_n tokens, or a run of varlen tokens with one
+// index) form groups of at most kMaxGroupRows rows that decode each key once, through the
+// block-table row of the group's first row. Work items are (group, chunk of kChunkKeys
+// positions). Every output element is computed by one item the same way, so the thread count
+// never matters.
 #include <algorithm>
 #include <vector>
 
@@ -17,13 +18,16 @@ constexpr std::int64_t kMaxGroupRows = 8;
 constexpr std::int64_t kChunkKeys = 256;  // a multiple of every block_kv (32, 64)
 
 std::int64_t table_row(const PagedProblem& p, std::int64_t row) {
-  return p.indices != nullptr ? p.indices[row] : row / p.next_n;
+  return p.indices != nullptr ? row : row / p.next_n;
+}
+
+// Whether rows a and b are of one sequence.
+bool same_sequence(const PagedProblem& p, std::int64_t a, std::int64_t b) {
+  return p.indices != nullptr ? p.indices[a] == p.indices[b] : a / p.next_n == b / p.next_n;
 }
 
 // Row r's keys are positions [0, length): the clamping rules of problem.hpp.
 std::int64_t row_length(const PagedProblem& p, std::int64_t row) {
-  const std::int64_t table = table_row(p, row);
-  if (table < 0 || table >= p.table_rows) return 0;
   const std::int64_t len =
       p.indices != nullptr
           ? schedule::paged_row_length(p.context_lens, p.context_lens_2d, row, 1, 0)
@@ -52,7 +56,7 @@ std::vector<Group> plan_groups(const PagedProblem& p, const std::vector<std::int
   const std::int64_t rows = p.batch * p.next_n;
   for (std::int64_t begin = 0; begin < rows;) {
     std::int64_t end = begin + 1;
-    while (end < rows && end - begin < kMaxGroupRows && table_row(p, end) == table_row(p, begin)) {
+    while (end < rows && end - begin < kMaxGroupRows && same_sequence(p, begin, end)) {
       ++end;
     }
     const std::int64_t length =
@@ -88,8 +92,14 @@ void compute_item(const PagedProblem& p, const std::vector<Group>& groups,
   double logits[kKeyTile];
   for (std::int64_t p0 = pos_begin; p0 < pos_end; p0 += kKeyTile) {
     const std::int64_t block = block_of(p, table, p0);  // tiles never straddle blocks
-    if (block < 0) continue;
     const std::int64_t p1 = std::min(p0 + kKeyTile, pos_end);
+    if (block < 0) {  // keys outside the window: -inf with clean_logits, for every row it reads
+      if (!p.clean_logits) continue;
+      for (std::int64_t r = g->row_begin; r < g->row_end; ++r) {
+        out.fill(r, p0, std::max(p0, std::min(p1, lengths[r])));
+      }
+      continue;
+    }
     const std::uint8_t* base = p.kv_cache + block * p.block_stride_bytes;
     for (std::int64_t pos = p0; pos < p1; ++pos) {
       const std::int64_t slot = pos % p.block_kv;
@@ -105,15 +115,6 @@ void compute_item(const PagedProblem& p, const std::vector<Group>& groups,
   }
 }
 
-// -inf for every column of row r outside its keys: past its length, and in invalid blocks.
-void clean_row(const PagedProblem& p, std::int64_t row, std::int64_t length,
-               const LogitsOut& out) {
-  out.fill(row, length, p.max_context_len);
-  const std::int64_t table = table_row(p, row);
-  for (std::int64_t pos = 0; pos < length; pos += p.block_kv) {
-    if (block_of(p, table, pos) < 0) out.fill(row, pos, std::min(pos + p.block_kv, length));
-  }
-}
 
 }  // namespace
 
@@ -122,8 +123,9 @@ void run_paged(const PagedProblem& p, int num_threads) {
   const std::int64_t rows = p.batch * p.next_n;
   std::vector<std::int64_t> lengths(rows);
   for (std::int64_t r = 0; r < rows; ++r) lengths[r] = row_length(p, r);
-  if (p.clean_logits) {
-    parallel_for(rows, num_threads, [&](std::int64_t r) { clean_row(p, r, lengths[r], out); });
+  if (p.clean_logits) {  // past each row's keys (compute_item cleans the keys of invalid blocks)
+    parallel_for(rows, num_threads,
+                 [&](std::int64_t r) { out.fill(r, lengths[r], p.max_context_len); });
   }
   const std::vector<Group> groups = plan_groups(p, lengths);
   parallel_for(groups.back().first_item, num_threads, [&](std::int64_t item) {

@@ -64,9 +64,9 @@ void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream) {
   const std::int64_t rows = problem.batch * problem.next_n;
   const auto lens = download(problem.context_lens,
                              problem.context_lens_2d ? rows : problem.batch, stream);
-  // The table's rows up to its last used column (row stride >= max_blocks).
+  // The table's rows up to the last column of its last row (row stride >= 0).
   const std::int64_t table_ints =
-      problem.table_rows > 0
+      problem.table_rows > 0 && problem.max_blocks > 0
           ? (problem.table_rows - 1) * problem.block_table_row_stride + problem.max_blocks
           : 0;
   const auto table = download(problem.block_table, table_ints, stream);

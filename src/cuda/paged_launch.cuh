@@ -63,7 +63,6 @@ sm90::paged::PagedParams make_paged_params(const PagedProblem& problem,
   params.context_lens = problem.context_lens;
   params.block_table = problem.block_table;
   params.table_row_stride = problem.block_table_row_stride;
-  params.table_rows = problem.table_rows;
   params.max_blocks = problem.max_blocks;
   params.indices = problem.indices;
   params.schedule_meta = problem.schedule_meta;

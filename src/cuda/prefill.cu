@@ -1,6 +1,8 @@
 // CUDA prefill entry: picks the kernel instance for (format, head dim, heads), then with
 // clean_logits the -inf pass (kernels/prefill_clean_kernel.cuh). The dispatch code calls it only
 // when there is an output element to write.
+#include <algorithm>
+
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/dispatch.hpp"
@@ -29,18 +31,24 @@ constexpr bool clean_fits_beside_logits() {
              sm90::kSmSharedBytes;
 }
 
-// After the logits kernel, with programmatic dependent launch (prefill_clean_kernel.cuh).
+// After the logits kernel, with programmatic dependent launch (prefill_clean_kernel.cuh): one
+// grid, or one per kMaxGridChunks chunks of the columns, each after the one before.
 void launch_clean(const PrefillProblem& problem, cudaStream_t stream) {
   namespace k = kernels;
-  const k::PrefillCleanParams params{problem.logits,  problem.logits_row_stride,
-                                     problem.k_start, problem.k_end,
-                                     problem.seq_len, problem.seq_len_kv,
-                                     problem.out_cols, problem.logits_dtype == DType::kBFloat16,
-                                     problem.compressed};
-  const dim3 grid(static_cast<unsigned>(schedule::ceil_div(problem.seq_len, k::kCleanRowsPerCta)),
-                  static_cast<unsigned>(schedule::ceil_div(problem.out_cols, k::kCleanColumns)));
-  launch_programmatic(&k::prefill_clean_kernel, grid, dim3(k::kCleanThreads), 0, stream,
-                      "prefill_clean_kernel launch", params);
+  k::PrefillCleanParams params{problem.logits,  problem.logits_row_stride,
+                               problem.k_start, problem.k_end,
+                               problem.seq_len, problem.seq_len_kv,
+                               problem.out_cols, problem.logits_dtype == DType::kBFloat16,
+                               problem.compressed, 0};
+  const std::int64_t chunks = schedule::ceil_div(problem.out_cols, k::kCleanColumns);
+  for (std::int64_t first = 0; first < chunks; first += k::kMaxGridChunks) {
+    params.first_chunk = static_cast<unsigned>(first);
+    const dim3 grid(
+        static_cast<unsigned>(schedule::ceil_div(problem.seq_len, k::kCleanRowsPerCta)),
+        static_cast<unsigned>(std::min(chunks - first, k::kMaxGridChunks)));
+    launch_programmatic(&k::prefill_clean_kernel, grid, dim3(k::kCleanThreads), 0, stream,
+                        "prefill_clean_kernel launch", params);
+  }
 }
 
 }  // namespace

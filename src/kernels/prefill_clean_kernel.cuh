@@ -8,8 +8,9 @@
 // CTAs start while the logits kernel runs: one beside each logits CTA (kCleanRegisters a thread
 // fit the registers that CTA leaves free; it leaves the shared memory of one more CTA too), then
 // on the SMs that the logits CTAs leave. The grid's last CTA waits for the logits kernel's
-// completion before it exits, so that this grid completes after it and whatever the stream runs
-// next sees the whole output; the other CTAs exit as soon as their stores are issued.
+// completion (or the clean grid's before it) before it exits, so that this grid completes after
+// it and whatever the stream runs next sees the whole output; the other CTAs exit as soon as
+// their stores are issued.
 // Beside the logits kernel the stores share the memory system with it. Where windows are short
 // that kernel streams Q rows at a high rate (a block's Q, 32 KiB at D = 128, every tile or two:
 // ~5 TB/s over the GPU at 128-key windows, ~1.2 TB/s at 512), and stores beside it slowed it by
@@ -20,7 +21,9 @@
 //
 // Tiling: one warp a (row, chunk of kCleanColumns columns), kCleanRowsPerCta rows a CTA; lanes
 // write 16-byte vectors of -inf over the aligned body of each masked range (fill_row.cuh), so a
-// warp's stores cover 512 contiguous bytes. No shared memory.
+// warp's stores cover 512 contiguous bytes. Grid: (row groups, chunks from first_chunk), at most
+// kMaxGridChunks chunks (CUDA's limit on gridDim.y): wider outputs take several grids, each
+// after the one before. No shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +38,7 @@ namespace mqa_logits::kernels {
 inline constexpr int kCleanRowsPerCta = 4;  // a warp a row
 inline constexpr int kCleanThreads = 32 * kCleanRowsPerCta;
 inline constexpr std::int64_t kCleanColumns = 4096;  // a warp's chunk of a row
+inline constexpr std::int64_t kMaxGridChunks = 65535;  // chunks of one grid (gridDim.y)
 // Registers a thread, so that a CTA fits the 4096 that a prefill logits CTA (640 threads of 96)
 // leaves of an SM's 65536.
 inline constexpr int kCleanRegisters = 32;
@@ -52,6 +56,7 @@ struct PrefillCleanParams {
   std::int64_t out_cols;
   bool logits_bf16;
   bool compressed;  // column c of row i is key k_start[i] + c
+  unsigned first_chunk;  // of this grid's blockIdx.y = 0 (chunks fit 32 bits: columns do)
 };
 
 // Whether the sampled rows' windows are kBesideLogitsMinWindow keys long on average: rows at
@@ -72,7 +77,8 @@ __global__ void __launch_bounds__(kCleanThreads, kCleanMinCtasPerSm)
     prefill_clean_kernel(const __grid_constant__ PrefillCleanParams p) {
   const std::int64_t row =
       static_cast<std::int64_t>(blockIdx.x) * kCleanRowsPerCta + threadIdx.x / 32;
-  const std::int64_t chunk_begin = static_cast<std::int64_t>(blockIdx.y) * kCleanColumns;
+  const std::int64_t chunk_begin =
+      static_cast<std::int64_t>(p.first_chunk + blockIdx.y) * kCleanColumns;
   const std::int64_t chunk_end = min(chunk_begin + kCleanColumns, p.out_cols);
   const bool fills = row < p.seq_len && chunk_begin < chunk_end;
   // The row's window, loaded before the sample's so that the two loads overlap.

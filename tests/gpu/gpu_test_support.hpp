@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,52 @@ class DeviceBuffer {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+
+// An output of `bytes` between two poisoned guard bands: whatever a kernel writes outside the
+// output lands in a guard (compute-sanitizer's memcheck sees writes farther away).
+class GuardedOutput {
+ public:
+  static constexpr std::size_t kGuardBytes = std::size_t{1} << 20;
+
+  explicit GuardedOutput(std::size_t bytes) : buffer_(bytes + 2 * kGuardBytes) {
+    buffer_.poison();
+  }
+  void* data() const { return static_cast<std::byte*>(buffer_.data()) + kGuardBytes; }
+  // Whether both guards still hold only poison.
+  bool guards_untouched() const {
+    const auto host = buffer_.download();
+    const auto poisoned = [](std::byte b) { return b == std::byte{DeviceBuffer::kPoisonByte}; };
+    return std::all_of(host.begin(), host.begin() + kGuardBytes, poisoned) &&
+           std::all_of(host.end() - kGuardBytes, host.end(), poisoned);
+  }
+
+ private:
+  DeviceBuffer buffer_;
+};
+
+// Schedule metadata no metadata function gives, for `workers` workers: every row a pair drawn
+// from values around and past any count (negative, 0, the unit count and its neighbours, twice
+// it, INT32 extremes) or at random.
+inline std::vector<std::int32_t> garbage_metadata(int workers, std::int32_t units,
+                                                  std::uint64_t seed) {
+  const std::int32_t picks[] = {std::numeric_limits<std::int32_t>::min(), -7, -2, -1, 0, 1, 3,
+                                units - 1, units, units + 1, 2 * units + 1,
+                                std::numeric_limits<std::int32_t>::max()};
+  std::mt19937_64 gen(seed);
+  std::vector<std::int32_t> meta(static_cast<std::size_t>(workers + 1) * 2);
+  for (auto& value : meta) {
+    const auto pick = gen() % (std::size(picks) + 2);
+    value = pick < std::size(picks) ? picks[pick] : static_cast<std::int32_t>(gen());
+  }
+  return meta;
+}
+
+inline DeviceBuffer upload_ints(const std::vector<std::int32_t>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(std::int32_t));
+  check_cuda(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice),
+             "cudaMemcpy H2D");
+  return buffer;
+}
 
 // Device copies of every input buffer of a workload, and their pointers in slot order.
 struct DeviceInputs {

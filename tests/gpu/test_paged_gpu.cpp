@@ -30,15 +30,22 @@ struct Variation {
 };
 
 // The workload with every k-th used block-table entry made invalid (-5 or >= num_blocks), in
-// its own table too, so that the float64 oracle sees the table both backends see.
+// its own table too, so that the float64 oracle sees the table both backends see. The rows of a
+// varlen sequence stay alike: each copies the row before it in the sequence.
 PagedWorkload with_invalid_blocks(PagedWorkload w, int invalid_every) {
   if (invalid_every == 0) return w;
   auto* entries = reinterpret_cast<std::int32_t*>(w.buffers[PagedWorkload::kBlockTable].bytes.data());
-  const std::int64_t count = w.table_rows * w.max_blocks;
   std::int64_t used = 0;
-  for (std::int64_t k = 0; k < count; ++k) {
-    if (entries[k] >= 0 && ++used % invalid_every == 0) {
-      entries[k] = (used / invalid_every) % 2 == 0 ? -5 : static_cast<std::int32_t>(w.num_blocks + 3);
+  for (std::int64_t row = 0; row < w.table_rows; ++row) {
+    std::int32_t* row_entries = entries + row * w.max_blocks;
+    if (w.spec.varlen_indices && row > 0 && w.sequence(row) == w.sequence(row - 1)) {
+      std::copy_n(row_entries - w.max_blocks, w.max_blocks, row_entries);
+      continue;
+    }
+    for (std::int64_t k = 0; k < w.max_blocks; ++k) {
+      if (row_entries[k] >= 0 && ++used % invalid_every == 0) {
+        row_entries[k] = (used / invalid_every) % 2 == 0 ? -5 : static_cast<std::int32_t>(w.num_blocks + 3);
+      }
     }
   }
   return w;
@@ -125,6 +132,35 @@ class PagedCase {
                      in.options);
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return out_.download();
+  }
+
+  // The kernel with metadata that is not the call's (`meta`, rows for this case's workers): the
+  // output is unspecified, but the call completes and writes nothing outside the logits.
+  void expect_stays_inside_with(const std::vector<std::int32_t>& meta) {
+    gpu_test::GuardedOutput out(workload_.logits_bytes());
+    const DeviceBuffer device_meta = gpu_test::upload_ints(meta);
+    auto in = workload_.inputs(device_.pointers, kGpu);
+    in.block_table = table_view(device_table_.data(), workload_, table_, kGpu);
+    paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
+                     meta_view(device_meta.data(), workers_, kGpu), workload_.max_context_len,
+                     workload_.logits_view(out.data(), kGpu), in.options);
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    EXPECT_TRUE(out.guards_untouched()) << "written outside the logits";
+  }
+  int workers() const { return workers_; }
+
+  // Gives each varlen sequence another label (label -> relabelled(label)), on both backends'
+  // inputs; the metadata does not depend on the labels.
+  template <typename F>
+  void relabel(F relabelled) {
+    auto& bytes = workload_.buffers[PagedWorkload::kIndices].bytes;
+    auto* labels = reinterpret_cast<std::int32_t*>(bytes.data());
+    for (std::size_t r = 0; r < bytes.size() / sizeof(std::int32_t); ++r) {
+      labels[r] = relabelled(labels[r]);
+    }
+    check_cuda(cudaMemcpy(device_.buffers[PagedWorkload::kIndices].data(), bytes.data(),
+                          bytes.size(), cudaMemcpyHostToDevice),
+               "cudaMemcpy indices");
   }
 
   std::vector<std::int32_t> device_metadata() const {
@@ -339,6 +375,9 @@ TEST_F(PagedGpu, InvalidBlockIdsAreOutsideTheWindow) {
   }
 }
 
+// The varlen form as the reference's tests build it: a block-table row per token (its sequence's
+// blocks), the indices sequence labels whose values do not matter, only which consecutive rows
+// share one.
 TEST_F(PagedGpu, VarlenRunsShareKeys) {
   for (int heads : {64, 16}) {
     PagedSpec s = base_spec(32);
@@ -348,7 +387,41 @@ TEST_F(PagedGpu, VarlenRunsShareKeys) {
     s.avg_context = 1500;
     run_and_compare(s);
     run_and_compare(s, {.workers = 5});  // segments start and end inside runs
+    PagedCase labelled(s, {.workers = 5});
+    const auto first = labelled.gpu_logits();
+    labelled.relabel([](std::int32_t label) { return -3 * label + 1000; });
+    EXPECT_EQ(labelled.gpu_logits(), first) << "other labels of the same runs";
   }
+}
+
+// Metadata that is not the call's: another call's lengths (its own worker count), or values no
+// metadata function gives; with CTA pairs (next_n 8), the varlen form and one CTA a worker.
+void expect_foreign_metadata_stays_inside(PagedSpec s, const Variation& variation) {
+  PagedCase c(s, variation);
+  PagedSpec longer = s;
+  longer.avg_context = 3 * s.avg_context;
+  longer.seed = s.seed + 1;
+  PagedCase other(longer, variation);
+  other.gpu_logits();  // computes its device metadata
+  const auto units = static_cast<std::int32_t>(s.batch);
+  c.expect_stays_inside_with(other.device_metadata());
+  c.expect_stays_inside_with(gpu_test::garbage_metadata(c.workers(), units, s.seed));
+  c.expect_stays_inside_with(gpu_test::garbage_metadata(c.workers(), units, s.seed + 7));
+}
+
+TEST_F(PagedGpu, ForeignMetadataStaysInsideTheOutput) {
+  PagedSpec s = base_spec(70);
+  s.batch = 5;
+  for (const std::int64_t next_n : {8, 2}) {
+    s.next_n = next_n;
+    SCOPED_TRACE("next_n " + std::to_string(next_n));
+    expect_foreign_metadata_stays_inside(s, {.workers = 7});
+    expect_foreign_metadata_stays_inside(s, {});
+  }
+  s.next_n = 1;
+  s.varlen_indices = true;
+  s.batch = 13;
+  expect_foreign_metadata_stays_inside(s, {.workers = 4});
 }
 
 // Segments of every shape: one worker, a few (segments spanning sequences and splitting them),
@@ -618,6 +691,11 @@ TEST_F(PagedGpu, CompactForSanitizer) {
   s.weights_dtype = DType::kBFloat16;
   s.logits_dtype = DType::kBFloat16;
   run_and_compare(s, {.workers = 3});
+  PagedSpec paired = base_spec(41);  // metadata not this call's, on CTA pairs (keys by TMA)
+  paired.batch = 3;
+  paired.avg_context = 300;
+  paired.next_n = 7;
+  expect_foreign_metadata_stays_inside(paired, {.workers = 3});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // GPU is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -41,6 +42,16 @@ std::vector<std::byte> gpu_logits(const PrefillWorkload& workload, const gpu_tes
   mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data(), kGpu), in.options);
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return out.download();
+}
+
+// Runs the GPU on poisoned output, leaving the logits on the device (outputs too large to copy).
+void gpu_logits_in_place(const PrefillWorkload& workload, const gpu_test::DeviceInputs& device,
+                         DeviceBuffer& out) {
+  out.poison();
+  auto in = workload.inputs(device.pointers, kGpu);
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, workload.logits_view(out.data(), kGpu),
+             in.options);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 void run_and_compare(const PrefillSpec& spec) {
@@ -396,6 +407,93 @@ TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
   }
 }
 
+// Host metadata of a workload's windows for get_num_sms() workers, with `num_heads` heads.
+std::vector<std::int32_t> host_metadata(const PrefillWorkload& workload, std::int64_t num_heads) {
+  std::vector<std::int32_t> meta(static_cast<std::size_t>(schedule_meta_rows(get_num_sms())) * 2);
+  const auto in = workload.host_inputs();
+  get_mqa_logits_metadata(in.k_start, in.k_end, workload.spec.seq_len_kv,
+                          static_cast<int>(num_heads),
+                          TensorView::contiguous(meta.data(), DType::kInt32,
+                                                 {schedule_meta_rows(get_num_sms()), 2}));
+  return meta;
+}
+
+// Metadata that is not the call's (another call's windows, another head count, values no
+// metadata function gives): the output is unspecified (docs/contract.md), but the call
+// completes and writes nothing outside the logits. Under memcheck (CompactForSanitizer) it reads
+// nothing out of bounds either.
+void expect_foreign_metadata_stays_inside(const PrefillSpec& spec) {
+  const auto workload = support::make_prefill_workload(spec);
+  const auto device = gpu_test::upload(workload.buffers);
+  PrefillSpec longer = spec;
+  longer.seq_len = 8 * spec.seq_len + 64;
+  longer.seq_len_kv = 2 * spec.seq_len_kv;
+  const std::int32_t blocks =
+      static_cast<std::int32_t>(std::max<std::int64_t>(spec.seq_len * spec.num_heads / 256, 1));
+  const std::vector<std::vector<std::int32_t>> foreign = {
+      host_metadata(support::make_prefill_workload(longer), spec.num_heads),
+      host_metadata(workload, spec.num_heads == 8 ? 64 : 8),
+      gpu_test::garbage_metadata(get_num_sms(), blocks, spec.seed),
+      gpu_test::garbage_metadata(get_num_sms(), blocks, spec.seed + 1)};
+  for (std::size_t k = 0; k < foreign.size(); ++k) {
+    SCOPED_TRACE("foreign metadata " + std::to_string(k));
+    gpu_test::GuardedOutput out(workload.logits_bytes());
+    const DeviceBuffer meta = gpu_test::upload_ints(foreign[k]);
+    auto in = workload.inputs(device.pointers, kGpu);
+    in.options.schedule_meta = TensorView::contiguous(
+        meta.data(), DType::kInt32, {static_cast<std::int64_t>(foreign[k].size() / 2), 2}, kGpu);
+    mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end,
+               workload.logits_view(out.data(), kGpu), in.options);
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    EXPECT_TRUE(out.guards_untouched()) << "written outside the logits";
+  }
+}
+
+// Compressed output of more columns than the clean pass's grid covers in one chunk a CTA
+// (65535 chunks of 4096 columns, CUDA's limit on gridDim.y): every column past a window is -inf,
+// and the window's columns are those of a narrow output. bf16 rows of ~537 MB.
+TEST_F(PrefillGpu, CleanReachesColumnsPastTheGridLimit) {
+  auto spec = edge(3, 64, WindowKind::kCausal, 23);
+  spec.logits_dtype = DType::kBFloat16;
+  spec.max_seqlen_k = 64;
+  const auto narrow_workload = support::make_prefill_workload(spec);
+  const auto device = gpu_test::upload(narrow_workload.buffers);
+  DeviceBuffer narrow_out(narrow_workload.logits_bytes());
+  const auto narrow = gpu_logits(narrow_workload, device, narrow_out);
+
+  spec.max_seqlen_k = 65535 * std::int64_t{4096} + 5000;
+  const auto workload = support::make_prefill_workload(spec);
+  DeviceBuffer out(workload.logits_bytes());
+  gpu_logits_in_place(workload, device, out);
+  const std::int64_t stride = workload.layout.row_stride;
+  constexpr std::int64_t kTail = 3 * 4096;  // the last columns: a CTA's second chunk and more
+  for (std::int64_t row = 0; row < spec.seq_len; ++row) {
+    std::vector<std::uint16_t> head(64), tail(kTail);
+    const auto* base = static_cast<const std::uint16_t*>(out.data()) + row * stride;
+    check_cuda(cudaMemcpy(head.data(), base, 64 * 2, cudaMemcpyDeviceToHost), "cudaMemcpy head");
+    check_cuda(cudaMemcpy(tail.data(), base + spec.max_seqlen_k - kTail, kTail * 2,
+                          cudaMemcpyDeviceToHost),
+               "cudaMemcpy tail");
+    EXPECT_EQ(std::memcmp(head.data(), narrow.data() + row * narrow_workload.layout.row_stride * 2,
+                          64 * 2),
+              0)
+        << "row " << row << ": the window's columns";
+    constexpr std::uint16_t kBf16NegativeInfinity = 0xff80;
+    EXPECT_EQ(std::count(tail.begin(), tail.end(), kBf16NegativeInfinity), kTail)
+        << "row " << row << ": columns past the window";
+  }
+}
+
+TEST_F(PrefillGpu, ForeignMetadataStaysInsideTheOutput) {
+  for (const std::int64_t heads : {64, 8}) {
+    auto spec = edge(40, 900, WindowKind::kRandom, 31);
+    spec.num_heads = heads;
+    expect_foreign_metadata_stays_inside(spec);
+    spec.max_seqlen_k = 300;  // compressed rows: the store warp's own stores
+    expect_foreign_metadata_stays_inside(spec);
+  }
+}
+
 // Compact cases for compute-sanitizer (memcheck, racecheck, synccheck): every code path once.
 TEST_F(PrefillGpu, CompactForSanitizer) {
   auto spec = edge(17, 260, WindowKind::kRandom, 11);
@@ -409,6 +507,9 @@ TEST_F(PrefillGpu, CompactForSanitizer) {
   // metadata kernel and the scheduled path; a sliding window starting mid-tile.
   run_scheduled_and_compare(packed({1, 5, 4, 2, 30, 3}, {}));
   run_scheduled_and_compare(sliding(40, 300, 17, {.clean = false, .max_seqlen_k = 16}));
+  auto foreign = edge(9, 200, WindowKind::kRandom, 19);  // metadata not this call's
+  foreign.max_seqlen_k = 150;
+  expect_foreign_metadata_stays_inside(foreign);
 }
 
 }  // namespace

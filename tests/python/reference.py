@@ -322,8 +322,7 @@ class PagedCase:
         return np.clip(lengths, 0, min(self.max_context_len, addressable))
 
     def table_rows(self) -> np.ndarray:
-        if self.indices is not None:
-            return self.indices.astype(np.int64)
+        """Block-table row of each output row: its sequence's (its own in the varlen form)."""
         return np.repeat(np.arange(self.batch), self.next_n)
 
     def _keys_of_row(self, row: int):
@@ -404,7 +403,7 @@ def make_paged(rng: np.random.Generator, fmt: str, batch: int, next_n: int, num_
     mx = fmt != "fp8"
     token_bytes = head_dim // 2 if fmt == "mxfp4" else head_dim
     max_blocks = -(-max_context_len // block_kv)
-    table_rows = batch + 2 if varlen else batch
+    table_rows = batch  # a row per sequence, or per token (row) in the varlen form
     num_blocks = table_rows * max_blocks + 3
     key_values = random_values(rng, fmt, (num_blocks, block_kv), head_dim)
     key_scales = (random_packed_scales(rng, (num_blocks, block_kv), head_dim) if mx else
@@ -422,8 +421,9 @@ def make_paged(rng: np.random.Generator, fmt: str, batch: int, next_n: int, num_
     else:
         context_lens = lengths[:, 0].astype(np.int32)
     indices = None
-    if varlen:
-        indices = np.sort(rng.integers(0, table_rows, size=batch)).astype(np.int32)
+    if varlen:  # runs of equal labels are sequences, whose rows hold the same blocks
+        indices = np.sort(rng.integers(0, batch, size=batch)).astype(np.int32)
+        block_table = block_table[np.searchsorted(indices, indices)]
     return PagedCase(
         fmt=fmt,
         head_dim=head_dim,

@@ -336,7 +336,8 @@ def test_prefill_metadata_messages_use_its_names():
                                "[4], got [3]")
     with pytest.raises(ValueError) as info:
         mqa_logits.get_mqa_logits_metadata(start, start, -1, 16)
-    assert str(info.value) == "num_kv_tokens: expected num_kv_tokens >= 0, got -1"
+    assert str(info.value) == ("num_kv_tokens: expected 0 <= num_kv_tokens <= 2147483647, "
+                               "got -1")
 
 
 def test_set_num_sms_message_uses_its_name():

@@ -242,7 +242,7 @@ def test_host_time_per_call_stays_bounded(rng):
 
 
 def test_documented_results_of_inputs_the_gpu_does_not_check(rng):
-    """Out-of-range block ids and indices give -inf keys, lengths are clamped to [0, what the
+    """Out-of-range block ids give -inf keys, lengths are clamped to [0, what the
     table addresses and max_context_len], a negative key scale multiplies its key's head sum
     (docs/contract.md); the CPU backend refuses them all (test_paged.py)."""
     from test_paged import out_of_range_inputs

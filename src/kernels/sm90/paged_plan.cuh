@@ -5,11 +5,12 @@
 // Work decomposition (see schedule.hpp for the metadata): the metadata gives worker k the items
 // [(g0, i0), (g1, i1)) of a list of units (sequences; rows in the varlen form), an item being
 // one 64-key tile of a unit (the metadata chooses the part lengths a segment is cut at). The
-// kernel turns the segment into groups, rows that share one block-table row and so one load of
-// every key: the next_n rows of a sequence, or up to varlen_group_rows(H) consecutive varlen rows
-// with equal indices. Each row of a group keeps its own range of 64-key tiles (its items inside
-// the segment, cut at its length); a tile is loaded when any row of the group needs it, and
-// written only for the rows that do. So every (row, tile) is owned by exactly one worker (of a
+// kernel turns the segment into groups, rows of one sequence that load every key once, through
+// the block-table row of the group's first row: the next_n rows of a sequence, or up to
+// varlen_group_rows(H) consecutive varlen rows with equal indices (one sequence's tokens, whose
+// block-table rows address the same blocks: problem.hpp). Each row of a group keeps its own
+// range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded when
+// any row of the group needs it, and written only for the rows that do. So every (row, tile) is owned by exactly one worker (of a
 // pair of workers, by one of the pair's CTAs: "CTA pairs"), whatever the grouping.
 #pragma once
 
@@ -262,7 +263,6 @@ struct PagedParams {
   const std::int32_t* context_lens;
   const std::int32_t* block_table;
   std::int64_t table_row_stride;
-  std::int64_t table_rows;
   std::int64_t max_blocks;
   const std::int32_t* indices;  // varlen form, or null
   const std::int32_t* schedule_meta;
@@ -295,20 +295,16 @@ __device__ __forceinline__ std::int64_t stored_row_length(const PagedParams& p, 
              : schedule::paged_row_length(p.context_lens, p.lens_2d, unit, p.next_n, t);
 }
 
-// Keys of a row of stored length `length` after the clamping rules of problem.hpp (none for an
-// invalid varlen index, passed as table_valid).
-__device__ __forceinline__ int row_key_count(const PagedParams& p, std::int64_t length,
-                                             bool table_valid) {
-  return table_valid ? static_cast<int>(std::min(length, p.key_cap)) : 0;
+// Keys of a row of stored length `length` after the clamping rules of problem.hpp.
+__device__ __forceinline__ int row_key_count(const PagedParams& p, std::int64_t length) {
+  return static_cast<int>(std::min(length, p.key_cap));
 }
 
 // Keys of output row `row` (the cleaners' view of the same rule).
 __device__ __forceinline__ int output_row_key_count(const PagedParams& p, int row) {
-  if (p.indices != nullptr) {
-    const std::int64_t table = p.indices[row];
-    return row_key_count(p, stored_row_length(p, row, 0), table >= 0 && table < p.table_rows);
-  }
-  return row_key_count(p, stored_row_length(p, row / p.next_n, row % p.next_n), true);
+  return row_key_count(p, p.indices != nullptr
+                              ? stored_row_length(p, row, 0)
+                              : stored_row_length(p, row / p.next_n, row % p.next_n));
 }
 
 struct RowTiles {
@@ -456,15 +452,14 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
     }
     longest = std::max(longest, length[t]);
   }
-  std::int64_t table_row = unit;
   int group_rows = p.next_n;
   if (!varlen) {
     g.first_row = unit * p.next_n;
     *next = unit + 1;
   } else {
-    table_row = p.indices[unit];
+    const std::int32_t sequence = p.indices[unit];
     int end = unit + 1;
-    while (end < unit_end && end - unit < p.group_rows && p.indices[end] == table_row) ++end;
+    while (end < unit_end && end - unit < p.group_rows && p.indices[end] == sequence) ++end;
     g.first_row = unit;
     group_rows = end - unit;
     *next = end;
@@ -472,8 +467,7 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
   const int own_first = kPaired ? pair_rank() * pair_rows(p.next_n) : 0;  // this CTA's rows
   g.first_row += own_first;
   g.rows = kPaired ? std::min(pair_rows(p.next_n), group_rows - own_first) : group_rows;
-  const bool table_valid = table_row >= 0 && table_row < p.table_rows;
-  g.table = table_valid ? p.block_table + table_row * p.table_row_stride : nullptr;
+  g.table = p.block_table + static_cast<std::int64_t>(unit) * p.table_row_stride;  // unit's row
 
   // A sequence's items are those of its longest row (schedule::paged_unit_length).
   const int shared_items = static_cast<int>(schedule::paged_group_items(longest));
@@ -483,7 +477,7 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
       const int items =
           varlen ? static_cast<int>(schedule::paged_group_items(length[t])) : shared_items;
       const RowTiles r =
-          row_tiles(seg, varlen ? unit + t : unit, items, row_key_count(p, length[t], table_valid));
+          row_tiles(seg, varlen ? unit + t : unit, items, row_key_count(p, length[t]));
       if constexpr (kKeepRows) {
 #pragma unroll
         for (int u = 0; u < kRows; ++u) {  // constant indices keep g in registers
@@ -508,7 +502,8 @@ __device__ __forceinline__ Group<kRows, kKeepRows> load_group(const PagedParams&
 template <int kRows, bool kKeepRows, bool kPaired, typename Fn>
 __device__ __forceinline__ void for_each_group(const PagedParams& p, Fn&& fn) {
   const Segment seg = read_segment(p.schedule_meta, segment_rows<kPaired>(p));
-  const int unit_end = std::min(p.units, seg.i1 > 0 ? seg.g1 + 1 : seg.g1);
+  const int g1 = std::min(seg.g1, p.units);  // (g1 + 1 stays in range)
+  const int unit_end = std::min(p.units, seg.i1 > 0 ? g1 + 1 : g1);
   for (int unit = seg.g0; unit < unit_end;) {
     int next = unit + 1;
     const Group<kRows, kKeepRows> group =

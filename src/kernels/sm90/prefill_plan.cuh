@@ -235,7 +235,7 @@ template <int kBlockQ>
 __device__ __forceinline__ int2 block_row_bounds(const PrefillParams& p, int b) {
   const int lane = threadIdx.x % 32;
   const std::int64_t row = static_cast<std::int64_t>(b) * kBlockQ + lane;
-  if (lane >= kBlockQ || row >= p.seq_len) return make_int2(0, 0);
+  if (lane >= kBlockQ || row < 0 || row >= p.seq_len) return make_int2(0, 0);
   return make_int2(p.k_start[row], p.k_end[row]);
 }
 
@@ -283,9 +283,12 @@ __device__ __forceinline__ void for_each_block_span(const PrefillParams& p, F&& 
   const auto block_at = [&](int position) {
     return schedule::prefill_block_at(position, p.num_blocks);
   };
-  // Read where used (volatile): the bounds need no registers across the spans.
+  // Read where used (volatile): the bounds need no registers across the spans. The first
+  // position is clamped to [0, num_blocks] and its item to >= 0, whatever the metadata holds
+  // (another call's, or none of the metadata function's): positions there map to blocks in
+  // [0, num_blocks), so no other value reads or writes outside the call's rows.
   const volatile std::int32_t* bounds = prefill_segment;
-  int position = bounds[0], item = bounds[1];
+  int position = min(max(bounds[0], 0), p.num_blocks), item = max(bounds[1], 0);
   int2 next = block_row_bounds<kBlockQ>(p, block_at(position));
   for (;; ++position, item = 0) {
     const int end_position = min(bounds[2], p.num_blocks), end_item = bounds[3];
