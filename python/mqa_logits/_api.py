@@ -169,7 +169,8 @@ def fp8_fp4_mqa_logits(
     """
     if _compiling():
         return _torch_ops.fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start,
-                                             cu_seq_len_k_end, clean_logits, max_seqlen_k,
+                                             cu_seq_len_k_end,
+                                             as_bool("clean_logits", clean_logits), max_seqlen_k,
                                              logits_dtype, schedule_meta)
     return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
                     max_seqlen_k, logits_dtype_of(logits_dtype), schedule_meta, WEIGHTS,
@@ -243,7 +244,7 @@ def fp8_mqa_logits(
     """
     if _compiling():
         return _torch_ops.fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-                                         clean_logits, max_seqlen_k)
+                                         as_bool("clean_logits", clean_logits), max_seqlen_k)
     return _prefill(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
                     max_seqlen_k, DType.float32, None, _FP8_PREFILL_WEIGHTS, _FP8_PREFILL_WORDS)
 
@@ -486,7 +487,8 @@ def fp8_fp4_paged_mqa_logits(
     if _compiling():
         return _torch_ops.fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens,
                                                    block_table, schedule_meta, max_context_len,
-                                                   clean_logits, logits_dtype, indices)
+                                                   as_bool("clean_logits", clean_logits),
+                                                   logits_dtype, indices)
     return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                   max_context_len, clean_logits, logits_dtype_of(logits_dtype), indices,
                   WEIGHTS, _PAGED_WORDS)
@@ -572,8 +574,8 @@ def fp8_paged_mqa_logits(
     """
     if _compiling():
         return _torch_ops.fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
-                                               schedule_meta, max_context_len, clean_logits,
-                                               indices)
+                                               schedule_meta, max_context_len,
+                                               as_bool("clean_logits", clean_logits), indices)
     return _paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                   max_context_len, clean_logits, DType.float32, indices, _FP8_PAGED_WEIGHTS,
                   _FP8_PAGED_WORDS)

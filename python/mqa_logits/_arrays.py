@@ -219,11 +219,24 @@ def as_int(name: str, value: Any, bits: int = 64) -> int:
 
 
 def as_bool(name: str, value: Any) -> bool:
+    """A flag as the reference's binding takes one: a bool (Python, numpy, or a 0-d bool
+    tensor), the ints 0 and 1, or None (False)."""
     if value is True or value is False:
         return value
+    if value is None:
+        return False
     if isinstance(value, np.bool_):
         return bool(value)
-    raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    if (torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0
+            and value.dtype == torch.bool):
+        return bool(value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}") from None
+    if number not in (0, 1):
+        raise ValueError(f"{name}: expected a bool (or the int 0 or 1), got {number}")
+    return bool(number)
 
 
 def logits_dtype_of(value: Any) -> DType:

@@ -55,6 +55,19 @@ def test_varlen_indices(rng):
     check_logits(logits, case.expected(), case.mask(), clean=True, bf16=False)
 
 
+def test_clean_logits_takes_what_the_reference_binding_takes(rng):
+    """clean_logits: a bool (Python, numpy or a 0-d torch bool), the ints 0 and 1, or None."""
+    case = make_paged(rng, "fp8", batch=2, next_n=1, num_heads=16, head_dim=64, block_kv=64,
+                      max_context_len=130)
+    clean = as_numpy(run(case, clean_logits=True))
+    flags = [1, np.bool_(True), np.int64(1)] + ([torch.tensor(True)] if torch else [])
+    for flag in flags:
+        np.testing.assert_array_equal(as_numpy(run(case, clean_logits=flag)), clean)
+    for flag in (0, None, np.bool_(False)):
+        check_logits(as_numpy(run(case, clean_logits=flag)), case.expected(), case.mask(),
+                     clean=False, bf16=False)
+
+
 def test_varlen_indices_only_label_sequences(rng):
     """The indices tell which consecutive rows are one sequence, whatever their values; the
     rows of a sequence must hold the same blocks over its keys (the CPU backend checks)."""
