@@ -88,6 +88,20 @@ void check_varlen_runs(const PagedProblem& p) {
   }
 }
 
+// MX formats: the used bytes (a block of 32 elements each) of every packed UE8M0 scale word of
+// `count` are not 255, which is NaN (docs/contract.md); `what(i)` names word i.
+template <typename Where>
+void expect_finite_scales(const char* argument, const std::uint32_t* words, std::int64_t count,
+                          std::int64_t head_dim, Where what) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    for (std::int64_t block = 0; block < head_dim / 32; ++block) {
+      if (((words[i] >> (8 * block)) & 0xffu) != 0xffu) continue;
+      refuse(argument, "expected UE8M0 scales below 255 (255 is NaN), got 255 in block " +
+                           std::to_string(block) + " of " + what(i));
+    }
+  }
+}
+
 }  // namespace
 
 PagedScales host_paged_scales(const PagedProblem& p) {
@@ -98,6 +112,14 @@ PagedScales host_paged_scales(const PagedProblem& p) {
 void check_paged(const PagedProblem& p, const PagedScales& scales) {
   check_paged_lengths(p);
   const bool fp8 = p.format == Format::kFP8;
+  if (!fp8) {
+    expect_finite_scales("q_scales", reinterpret_cast<const std::uint32_t*>(p.q_scales),
+                         p.batch * p.next_n * p.num_heads, p.head_dim, [&](std::int64_t i) {
+                           return "the scales at [" + std::to_string(i / (p.next_n * p.num_heads)) +
+                                  ", " + std::to_string(i / p.num_heads % p.next_n) + ", " +
+                                  std::to_string(i % p.num_heads) + "]";
+                         });
+  }
   // Per unit (a sequence, or a varlen row: block-table row `unit` either way), the blocks of its
   // longest row: its other rows read a prefix of them.
   for (std::int64_t unit = 0; unit < p.batch; ++unit) {
@@ -111,10 +133,18 @@ void check_paged(const PagedProblem& p, const PagedScales& scales) {
                                   ") (the blocks of kv_cache), got " + std::to_string(id) +
                                   at(row, block));
       }
-      if (!fp8) continue;
       const std::int64_t tokens = std::min<std::int64_t>(p.block_kv, len - block * p.block_kv);
+      const float* block_scales = scales.scales + id * scales.block_stride;
+      if (!fp8) {
+        expect_finite_scales("kv_cache", reinterpret_cast<const std::uint32_t*>(block_scales),
+                             tokens, p.head_dim, [&](std::int64_t token) {
+                               return "the scales of token " + std::to_string(token) +
+                                      " of block " + std::to_string(id);
+                             });
+        continue;
+      }
       for (std::int64_t token = 0; token < tokens; ++token) {
-        const float scale = scales.scales[id * scales.block_stride + token];
+        const float scale = block_scales[token];
         if (!(scale >= 0.f)) {
           refuse("kv_cache", "expected key scales >= 0, got " + std::to_string(scale) +
                                  " for token " + std::to_string(token) + " of block " +
@@ -155,6 +185,14 @@ void check_prefill(const PrefillProblem& p) {
                "expected key scales >= 0, got " + std::to_string(scales[key]) + at(key));
       }
     }
+  } else {
+    expect_finite_scales("q_scales", reinterpret_cast<const std::uint32_t*>(p.q_scales),
+                         p.seq_len * p.num_heads, p.head_dim, [&](std::int64_t i) {
+                           return "the scales" + at(i / p.num_heads, i % p.num_heads);
+                         });
+    expect_finite_scales("kv_scales", static_cast<const std::uint32_t*>(p.kv_scales),
+                         p.seq_len_kv, p.head_dim,
+                         [&](std::int64_t key) { return "the scales" + at(key); });
   }
   if (p.schedule_meta == nullptr) return;
   std::vector<std::int32_t> expected(

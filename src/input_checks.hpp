@@ -21,10 +21,11 @@ struct PagedScales {
 };
 
 // `problem`'s pointers must be readable on the host (context_lens, block_table, indices and
-// schedule_meta); `scales` those of its cache (FP8 only; ignored for the MX formats, whose
-// UE8M0 scales cannot be negative).
+// schedule_meta; q_scales for the MX formats, which only the CPU backend runs); `scales` those
+// of its cache (fp32, or for the MX formats packed UE8M0 words in the same slots).
 void check_paged(const PagedProblem& problem, const PagedScales& scales);
-// `problem`'s k_start, k_end, kv_scales (FP8) and schedule_meta must be readable on the host.
+// `problem`'s k_start, k_end, kv_scales, schedule_meta (and q_scales for the MX formats) must be
+// readable on the host.
 void check_prefill(const PrefillProblem& problem);
 
 // The scales of a host paged cache, as check_paged reads them.

@@ -240,6 +240,21 @@ TEST(PrefillValidation, CompressedOutputCountsColumnsFromTheStart) {
   expect_call_refused(*inputs(-46), "max_seqlen_k");  // key 4 in column 50
 }
 
+// UE8M0 255 is NaN: the CPU backend refuses it in a used block of any query or key scale word,
+// and takes it in a padding byte (head dim 64 uses bytes 0 and 1 of each word).
+TEST(PrefillValidation, RefusesNanScales) {
+  PrefillInputs query(Format::kMXFP8);
+  query.q_scale_data[5] |= 0xffu << 8;
+  expect_call_refused(query, "q_scales");
+  PrefillInputs key(Format::kMXFP4);
+  key.kv_scale_data[7] |= 0xffu;
+  expect_call_refused(key, "kv_scales");
+  PrefillInputs padding(Format::kMXFP8);  // D = 64
+  padding.q_scale_data[5] |= 0xffu << 24;
+  padding.kv_scale_data[7] |= 0xffu << 16;
+  EXPECT_NO_THROW(padding.call());
+}
+
 // The logits may not share memory with an input, nor may a view span 2^63 bytes or more.
 TEST(PrefillValidation, RefusesOverlappingAndOversizedViews) {
   PrefillInputs queries;

@@ -192,6 +192,18 @@ TEST(PagedValidation, RefusesVarlenTablesOfSequencesAndNegativeRowStrides) {
 }
 
 // The logits may not share memory with an input: the kernels would read what they write.
+// UE8M0 255 is NaN: refused in a query scale, and in the scales of a key a context reads.
+TEST(PagedValidation, RefusesNanScales) {
+  PagedInputs query(Format::kMXFP8);
+  query.q_scale_data[4] |= 0xffu;
+  expect_call_refused(query, "q_scales");
+  PagedInputs key(Format::kMXFP4);  // token 0 of the first sequence's first block
+  const std::int64_t dim = 64 / 2;
+  auto* scale = key.cache_data.data() + key.table_data[0] * 64 * (dim + 4) + 64 * dim;
+  scale[1] = 0xff;
+  expect_call_refused(key, "kv_cache");
+}
+
 TEST(PagedValidation, RefusesLogitsOverlappingAnInput) {
   PagedInputs weights;  // the weights read from the logits' last row
   weights.weights.data = weights.out.bytes.data() + (weights.out.bytes.size() - 1024);
