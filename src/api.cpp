@@ -30,14 +30,25 @@ int cpu_workers() {
 
 bool on_cuda(const Device& device) { return device.type == DeviceType::kCUDA; }
 
-OutputLayout padded_layout(std::int64_t rows, std::int64_t cols, DType logits_dtype) {
+// `rows` (named `rows_argument`) x `cols` in padded rows; refuses a layout whose bytes do not fit
+// 64 bits (no buffer could hold it, and its size would wrap).
+OutputLayout padded_layout(const char* rows_argument, std::int64_t rows, std::int64_t cols,
+                           DType logits_dtype) {
   if (logits_dtype != DType::kFloat32 && logits_dtype != DType::kBFloat16) {
     checks::refuse("logits_dtype", std::string("expected float32 or bfloat16, got ") +
                                        dtype_name(logits_dtype));
   }
   const std::int64_t row_unit =
       kLogitsRowAlignmentBytes / static_cast<std::int64_t>(dtype_size(logits_dtype));
-  return {rows, cols, schedule::ceil_div(cols, row_unit) * row_unit};
+  const std::int64_t row_stride = schedule::ceil_div(cols, row_unit) * row_unit;
+  const std::int64_t row_bytes = row_stride * static_cast<std::int64_t>(dtype_size(logits_dtype));
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(rows, row_bytes, &bytes)) {
+    checks::refuse(rows_argument, "expected rows whose padded output (" +
+                                      std::to_string(row_stride) + " elements a row) fits 2^63 "
+                                      "bytes, got " + std::to_string(rows));
+  }
+  return {rows, cols, row_stride};
 }
 
 // Whether a call checks its inputs (input_checks.hpp): as it asks, else the CPU backend does and
@@ -83,7 +94,8 @@ OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len
   checks::expect_at_least("seq_len", "seq_len", seq_len, 0);
   checks::expect_in_range("seq_len_kv", "seq_len_kv", seq_len_kv, 0, checks::kMaxColumns);
   checks::expect_in_range("max_seqlen_k", "max_seqlen_k", max_seqlen_k, 0, checks::kMaxColumns);
-  return padded_layout(seq_len, max_seqlen_k > 0 ? max_seqlen_k : seq_len_kv, logits_dtype);
+  return padded_layout("seq_len", seq_len, max_seqlen_k > 0 ? max_seqlen_k : seq_len_kv,
+                       logits_dtype);
 }
 
 void mqa_logits(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
@@ -97,7 +109,7 @@ OutputLayout paged_mqa_logits_output_layout(std::int64_t num_rows, std::int64_t 
                                             DType logits_dtype) {
   checks::expect_at_least("num_rows", "num_rows", num_rows, 0);
   checks::expect_in_range("max_context_len", "max_context_len", max_context_len, 0, checks::kMaxColumns);
-  return padded_layout(num_rows, max_context_len, logits_dtype);
+  return padded_layout("num_rows", num_rows, max_context_len, logits_dtype);
 }
 
 void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,

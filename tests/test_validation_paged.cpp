@@ -384,6 +384,17 @@ TEST(Settings, RefuseInvalidSmCounts) {
   EXPECT_EQ(schedule_meta_rows(132), 133);
 }
 
+TEST(Settings, OutputLayoutsFitSixtyFourBits) {
+  expect_refused([] { paged_mqa_logits_output_layout(std::int64_t{1} << 40, 1 << 30,
+                                                     DType::kFloat32); },
+                 "num_rows");
+  expect_refused([] { mqa_logits_output_layout(std::int64_t{1} << 50, 1 << 20, 0,
+                                               DType::kBFloat16); },
+                 "seq_len");
+  EXPECT_EQ(mqa_logits_output_layout(std::int64_t{1} << 30, 1 << 20, 0, DType::kBFloat16).rows,
+            std::int64_t{1} << 30);  // 2^51 bytes: fits
+}
+
 TEST(Settings, OutputLayoutsPadRowsTo1024Bytes) {
   const OutputLayout fp32 = mqa_logits_output_layout(7, 1000, 0, DType::kFloat32);
   EXPECT_EQ(fp32.rows, 7);
