@@ -346,6 +346,11 @@ const Record::Value& Record::at(const std::string& key) const {
   throw std::out_of_range("no field " + key);
 }
 
+bool Record::has(const std::string& key) const {
+  return std::any_of(fields_.begin(), fields_.end(),
+                     [&](const auto& field) { return field.first == key; });
+}
+
 std::string Record::json() const {
   std::string out = "{";
   for (std::size_t i = 0; i < fields_.size(); ++i) {

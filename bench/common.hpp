@@ -81,6 +81,7 @@ class Record {
   Record& set_floor(const Ceilings& ceilings, double flops, double bytes, double median_us);
   std::string json() const;
   const Value& at(const std::string& key) const;
+  bool has(const std::string& key) const;
 
  private:
   std::vector<std::pair<std::string, Value>> fields_;

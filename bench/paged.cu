@@ -29,15 +29,17 @@ struct Traffic {
   double bytes = 0;
 };
 
+// A sequence's keys (and block ids) are read once, up to its longest row: a sequence is next_n
+// rows, or a run of varlen rows with one index.
 Traffic traffic(const support::PagedWorkload& w) {
   const auto& spec = w.spec;
-  const std::int64_t rows_per_sequence = spec.next_n;
   const double out_bytes = static_cast<double>(dtype_size(spec.logits_dtype));
   Traffic t;
-  for (std::int64_t b = 0; b < spec.batch; ++b) {
+  for (std::int64_t first = 0, end = 0; first < w.num_rows; first = end) {
     std::int64_t keys = 0;
-    for (std::int64_t r = b * rows_per_sequence; r < (b + 1) * rows_per_sequence; ++r) {
-      const std::int64_t len = std::clamp<std::int64_t>(w.context_length(r), 0, w.max_context_len);
+    for (end = first; end < w.num_rows && w.sequence(end) == w.sequence(first); ++end) {
+      const std::int64_t len =
+          std::clamp<std::int64_t>(w.context_length(end), 0, w.max_context_len);
       keys = std::max(keys, len);
       t.pairs += static_cast<double>(len);
     }

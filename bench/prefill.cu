@@ -32,12 +32,15 @@ struct Shape {
   std::int64_t seq_len, seq_len_kv, heads, head_dim;
 };
 
+// (row, key) pairs inside the windows, and with compressed output inside its columns (key j of
+// row i is column j - start[i], kept below max_seqlen_k).
 std::int64_t window_pairs(const support::PrefillWorkload& w) {
   std::int64_t pairs = 0;
   const auto start = w.k_start(), end = w.k_end();
   for (std::size_t i = 0; i < start.size(); ++i) {
     const std::int64_t lo = std::max<std::int64_t>(start[i], 0);
-    const std::int64_t hi = std::min<std::int64_t>(end[i], w.spec.seq_len_kv);
+    std::int64_t hi = std::min<std::int64_t>(end[i], w.spec.seq_len_kv);
+    if (w.spec.max_seqlen_k > 0) hi = std::min<std::int64_t>(hi, start[i] + w.spec.max_seqlen_k);
     pairs += std::max<std::int64_t>(hi - lo, 0);
   }
   return pairs;
