@@ -51,6 +51,9 @@ __global__ void hold_stream(unsigned long long ns) {
   }
 }
 
+// Nothing: a plain launch between two calls, which the second's programmatic launch waits for.
+__global__ void separate_calls() {}
+
 double copy_bandwidth_tbps() {
   constexpr std::size_t kBytes = std::size_t{2} << 30;
   void *src = nullptr, *dst = nullptr;
@@ -193,6 +196,20 @@ std::string json_value(const Record::Value& value) {
 }  // namespace
 
 Ceilings measure_ceilings() { return {copy_bandwidth_tbps(), fp8_gemm_tflops()}; }
+
+double isolated_median_us(const std::function<void(cudaStream_t)>& enqueue, int samples) {
+  const auto separator = [](cudaStream_t stream) {
+    separate_calls<<<1, 32, 0, stream>>>();
+    check_cuda(cudaGetLastError(), "separate_calls");
+  };
+  const Timing both = time_graph(
+      [&](cudaStream_t stream) {
+        separator(stream);
+        enqueue(stream);
+      },
+      5, samples);
+  return both.median_us - time_graph(separator, 5, samples).median_us;
+}
 
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, int samples) {
   constexpr unsigned long long kHoldNs = 30000;  // well past a graph launch's host time

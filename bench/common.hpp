@@ -39,6 +39,11 @@ struct Timing {
 // replays it `samples` times, timing each replay with events; returns per-call statistics.
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls = 5, int samples = 40);
 
+// A call's median time (us) with a plain empty kernel before it in the graph, less that kernel's
+// own: the graph's calls otherwise follow each other by programmatic launch, each starting under
+// the previous one's tail, which an engine's call behind another kernel does not.
+double isolated_median_us(const std::function<void(cudaStream_t)>& enqueue, int samples = 40);
+
 // Owning device copy of a workload's inputs (slot order), plus a logits buffer.
 class DeviceArena {
  public:
@@ -106,8 +111,10 @@ std::vector<Record> run_host_cost_bench(const BenchContext& context);
 // One decode row over a workload whose inputs are on the device at `device_inputs` (slot order,
 // as DeviceArena::pointers) with room for its logits at `device_logits`: verified on sampled rows
 // against the float64 oracle, timed with CUDA graphs, compared with the floor of the measured
-// ceilings. Fields as the decode suite reports them ("op" is "decode").
+// ceilings. Fields as the decode suite reports them ("op" is "decode"). With `isolated`, the
+// call and the metadata kernel are also timed behind another kernel (isolated_median_us).
 Record measure_decode(const BenchContext& context, const support::PagedWorkload& workload,
-                      std::span<void* const> device_inputs, void* device_logits);
+                      std::span<void* const> device_inputs, void* device_logits,
+                      bool isolated = false);
 
 }  // namespace mqa_logits::bench

@@ -6,6 +6,7 @@
 // measure_decode is shared with the decode grid (paged_grid.cu).
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -73,7 +74,7 @@ Record bench_shape(const BenchContext& context, const Shape& shape) {
 }  // namespace
 
 Record measure_decode(const BenchContext& context, const support::PagedWorkload& workload,
-                      std::span<void* const> device_inputs, void* device_logits) {
+                      std::span<void* const> device_inputs, void* device_logits, bool isolated) {
   const auto& spec = workload.spec;
   const Device gpu{DeviceType::kCUDA, 0};
   const auto in = workload.inputs(device_inputs, gpu);
@@ -107,13 +108,19 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
                                   workload.layout.cols * element);
   const auto verdict =
       support::verify_rows(workload, host.get(), sample, support::Operands::kQuantized);
-  const Timing t = time_graph(call, 5, context.quick ? 10 : 40);
-  const Timing meta_time = time_graph(metadata, 5, context.quick ? 10 : 40);
+  const int samples = context.quick ? 10 : 40;
+  const Timing t = time_graph(call, 5, samples);
+  const Timing meta_time = time_graph(metadata, 5, samples);
+  std::optional<double> isolated_us, metadata_isolated_us;
+  if (isolated) {
+    isolated_us = isolated_median_us(call, samples);
+    metadata_isolated_us = isolated_median_us(metadata, samples);
+  }
   cudaFree(meta);
 
   const Traffic work = traffic(workload);
   const double flops = 2.0 * static_cast<double>(spec.num_heads * spec.head_dim) * work.pairs;
-  return Record()
+  Record r = Record()
       .set("op", std::string("decode"))
       .set("B", spec.batch)
       .set("N", spec.next_n)
@@ -128,6 +135,10 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
       .set("metadata_us", meta_time.median_us)
       .set("verified", verdict.ok)
       .set("oracle_diff", verdict.diff);
+  if (isolated_us) {
+    r.set("isolated_us", *isolated_us).set("metadata_isolated_us", *metadata_isolated_us);
+  }
+  return r;
 }
 
 std::vector<Record> run_paged_bench(const BenchContext& context) {
