@@ -10,8 +10,9 @@
 // varlen_group_rows(H) consecutive varlen rows with equal indices (one sequence's tokens, whose
 // block-table rows address the same blocks: problem.hpp). Each row of a group keeps its own
 // range of 64-key tiles (its items inside the segment, cut at its length); a tile is loaded when
-// any row of the group needs it, and written only for the rows that do. So every (row, tile) is owned by exactly one worker (of a
-// pair of workers, by one of the pair's CTAs: "CTA pairs"), whatever the grouping.
+// any row of the group needs it, and written only for the rows that do. So every (row, tile) is
+// owned by exactly one worker (of a pair of workers, by one of the pair's CTAs: "CTA pairs"),
+// whatever the grouping.
 #pragma once
 
 #include <cuda.h>
