@@ -134,8 +134,8 @@ void get_paged_mqa_logits_metadata(const TensorView& context_lens, int block_kv,
   const PagedMetadataRequest r =
       validate_paged_metadata(context_lens, block_kv, num_sms, out, indices);
   if (on_cuda(r.device)) {
-    cuda_backend::paged_metadata(r.context_lens, r.batch, r.lens_cols, r.lens_2d, r.indices,
-                                 r.workers, r.out, stream);
+    cuda_backend::paged_metadata(r.device.index, r.context_lens, r.batch, r.lens_cols, r.lens_2d,
+                                 r.indices, r.workers, r.out, stream);
   } else {
     host::paged_metadata(r.context_lens, r.batch, r.lens_cols, r.lens_2d, r.indices, r.workers,
                          r.out);
@@ -148,8 +148,8 @@ void get_mqa_logits_metadata(const TensorView& k_start, const TensorView& k_end,
   const PrefillMetadataRequest r =
       validate_prefill_metadata(k_start, k_end, seq_len_kv, num_heads, get_num_sms(), out);
   if (on_cuda(r.device)) {
-    cuda_backend::prefill_metadata(r.k_start, r.k_end, r.seq_len, r.seq_len_kv, r.num_heads,
-                                   r.workers, r.out, stream);
+    cuda_backend::prefill_metadata(r.device.index, r.k_start, r.k_end, r.seq_len, r.seq_len_kv,
+                                   r.num_heads, r.workers, r.out, stream);
   } else {
     host::prefill_metadata(r.k_start, r.k_end, r.seq_len, r.seq_len_kv, r.num_heads, r.workers,
                            r.out);

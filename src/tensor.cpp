@@ -6,14 +6,14 @@
 
 namespace mqa_logits {
 
-TensorView TensorView::contiguous(void* data, DType dtype,
+TensorView TensorView::contiguous(const void* data, DType dtype,
                                   std::initializer_list<std::int64_t> shape, Device device) {
   if (shape.size() > static_cast<std::size_t>(kMaxRank)) {
     throw InvalidArgument("shape", "expected at most " + std::to_string(kMaxRank) +
                                        " dimensions, got " + std::to_string(shape.size()));
   }
   TensorView view;
-  view.data = data;
+  view.data = const_cast<void*>(data);  // written through only where it is an output
   view.dtype = dtype;
   view.device = device;
   view.rank = static_cast<int>(shape.size());

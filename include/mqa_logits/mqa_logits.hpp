@@ -133,8 +133,9 @@ void get_mqa_logits_metadata(const TensorView& k_start, const TensorView& k_end,
                              std::int64_t seq_len_kv, int num_heads, const TensorView& out,
                              cudaStream_t stream = nullptr);
 
-// How many SMs (CPU: worker threads) the kernels may use. Defaults to the current CUDA device's
-// SM count (on a machine without one, the hardware thread count).
+// How many SMs the GPU kernels may use: the worker count of the schedule metadata. Defaults to
+// the current CUDA device's SM count (on a machine without one, the hardware thread count). The
+// CPU backend runs on every hardware thread whatever this is.
 int get_num_sms();
 void set_num_sms(int num_sms);  // 1 <= num_sms <= the device's SM count
 

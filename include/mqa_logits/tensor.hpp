@@ -1,4 +1,6 @@
 // Framework-agnostic, non-owning tensor views: what every entry point of the library takes.
+// This header, errors.hpp and mqa_logits.hpp compile as C++17 (engines often build with it);
+// formats.hpp, the host codecs, needs C++20.
 #pragma once
 
 #include <array>
@@ -18,7 +20,10 @@ enum class DeviceType : std::uint8_t { kCPU, kCUDA };
 struct Device {
   DeviceType type = DeviceType::kCPU;
   int index = 0;  // CUDA device ordinal; ignored for the CPU
-  friend bool operator==(const Device&, const Device&) = default;
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && a.index == b.index;
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
 };
 
 inline constexpr int kMaxRank = 4;
@@ -32,9 +37,10 @@ struct TensorView {
   std::array<std::int64_t, kMaxRank> strides{};
   Device device{};
 
-  // A row-major contiguous view.
-  static TensorView contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
-                               Device device = {});
+  // A row-major contiguous view. `data` may point to const memory where the view is an input:
+  // the library writes only through the logits and the metadata functions' `out`.
+  static TensorView contiguous(const void* data, DType dtype,
+                               std::initializer_list<std::int64_t> shape, Device device = {});
 
   std::int64_t numel() const;
   bool is_contiguous() const;  // row-major, dense (size-1 dims may have any stride)

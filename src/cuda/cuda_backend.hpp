@@ -45,12 +45,13 @@ void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream);
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream);
 void run_paged(const PagedProblem& problem, cudaStream_t stream);
 
-// Schedule metadata from device inputs into device `out` ([workers + 1, 2] int32).
-void prefill_metadata(const std::int32_t* k_start, const std::int32_t* k_end,
+// Schedule metadata from inputs on CUDA device `device` into `out` there ([workers + 1, 2]
+// int32), launched with that device current (the caller's is restored).
+void prefill_metadata(int device, const std::int32_t* k_start, const std::int32_t* k_end,
                       std::int64_t seq_len, std::int64_t seq_len_kv, int num_heads, int workers,
                       std::int32_t* out, cudaStream_t stream);
-void paged_metadata(const std::int32_t* context_lens, std::int64_t batch, std::int64_t lens_cols,
-                    bool lens_2d, const std::int32_t* indices, int workers, std::int32_t* out,
-                    cudaStream_t stream);
+void paged_metadata(int device, const std::int32_t* context_lens, std::int64_t batch,
+                    std::int64_t lens_cols, bool lens_2d, const std::int32_t* indices,
+                    int workers, std::int32_t* out, cudaStream_t stream);
 
 }  // namespace mqa_logits::cuda_backend

@@ -35,13 +35,13 @@ void check_paged_inputs(const PagedProblem&, cudaStream_t) { refuse_device_tenso
 void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_paged(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 
-void prefill_metadata(const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t, int,
-                      int, std::int32_t*, cudaStream_t) {
+void prefill_metadata(int, const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t,
+                      int, int, std::int32_t*, cudaStream_t) {
   refuse_device_tensor("k_start");
 }
 
-void paged_metadata(const std::int32_t*, std::int64_t, std::int64_t, bool, const std::int32_t*,
-                    int, std::int32_t*, cudaStream_t) {
+void paged_metadata(int, const std::int32_t*, std::int64_t, std::int64_t, bool,
+                    const std::int32_t*, int, std::int32_t*, cudaStream_t) {
   refuse_device_tensor("context_lens");
 }
 

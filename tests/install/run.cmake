@@ -41,7 +41,9 @@ endif()
 run_step("configure consumer" ${CMAKE_COMMAND} ${configure_args})
 run_step("build consumer" ${CMAKE_COMMAND} --build ${consumer_build} --config ${CONFIG})
 
-find_program(consumer_exe consumer
-  PATHS ${consumer_build} ${consumer_build}/${CONFIG} NO_DEFAULT_PATH REQUIRED)
-run_step("run consumer" ${consumer_exe})
-message(STATUS "${step_output}")
+foreach(consumer consumer consumer17)
+  find_program(${consumer}_exe ${consumer}
+    PATHS ${consumer_build} ${consumer_build}/${CONFIG} NO_DEFAULT_PATH REQUIRED)
+  run_step("run ${consumer}" ${${consumer}_exe})
+  message(STATUS "${step_output}")
+endforeach()
