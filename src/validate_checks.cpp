@@ -21,7 +21,7 @@ constexpr bool kBuiltWithCuda = true;
 constexpr bool kBuiltWithCuda = false;
 #endif
 
-constexpr int kMinComputeCapability = 90;
+constexpr int kKernelsComputeCapability = 90;  // sm_90a code runs on compute capability 9.0 only
 
 // "[1, 2, 3]" style lists of integers, between `open` and `close`.
 template <typename Range>
@@ -236,9 +236,9 @@ void Placement::expect_usable_gpu(Arg first) const {
                            ") (the visible devices), got " + device_string(device_));
   }
   const int capability = cuda_backend::device_limits(device_.index).compute_capability;
-  if (capability < kMinComputeCapability) {
-    refuse(first.name, "expected a GPU of compute capability 9.0 or newer, got " +
-                           device_string(device_) +
+  if (capability != kKernelsComputeCapability) {
+    refuse(first.name, "expected a GPU of compute capability 9.0 (the kernels are sm_90a code: "
+                       "H100, H200, H800, H20), got " + device_string(device_) +
                            " of compute capability " + std::to_string(capability / 10) + "." +
                            std::to_string(capability % 10));
   }
