@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -325,6 +326,14 @@ std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes
           "cudaMemcpy logits row");
   }
   return host;
+}
+
+bool same_rows(const std::byte* a, const std::byte* b, std::span<const std::int64_t> rows,
+               std::size_t row_stride_bytes, std::size_t row_bytes) {
+  return std::all_of(rows.begin(), rows.end(), [&](std::int64_t row) {
+    const std::size_t offset = static_cast<std::size_t>(row) * row_stride_bytes;
+    return std::memcmp(a + offset, b + offset, row_bytes) == 0;
+  });
 }
 
 Record& Record::set_timing(const Timing& t) {

@@ -70,6 +70,11 @@ class DeviceArena {
   std::size_t logits_bytes_ = 0;
 };
 
+// Whether rows `rows` (row_bytes each, row_stride_bytes apart) of two downloads are the same
+// bytes: the timed replays left the output of the verified call (calls are bitwise repeatable).
+bool same_rows(const std::byte* a, const std::byte* b, std::span<const std::int64_t> rows,
+               std::size_t row_stride_bytes, std::size_t row_bytes);
+
 // Rows `rows` of a device buffer of `bytes` bytes, as DeviceArena::download_rows does.
 std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes,
                                            std::span<const std::int64_t> rows,

@@ -110,6 +110,12 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
       support::verify_rows(workload, host.get(), sample, support::Operands::kQuantized);
   const int samples = context.quick ? 10 : 40;
   const Timing t = time_graph(call, 5, samples);
+  const bool replays_match =
+      same_rows(host.get(),
+                download_rows(device_logits, workload.logits_bytes(), sample,
+                              workload.layout.row_stride * element,
+                              workload.layout.cols * element).get(),
+                sample, workload.layout.row_stride * element, workload.layout.cols * element);
   const Timing meta_time = time_graph(metadata, 5, samples);
   std::optional<double> isolated_us, metadata_isolated_us;
   if (isolated) {
@@ -133,7 +139,8 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
       .set("tflops", flops / (t.median_us * 1e-6) / 1e12)
       .set_floor(context.ceilings, flops, work.bytes, t.median_us)
       .set("metadata_us", meta_time.median_us)
-      .set("verified", verdict.ok)
+      .set("replays_match", replays_match)
+      .set("verified", verdict.ok && replays_match)
       .set("oracle_diff", verdict.diff);
   if (isolated_us) {
     r.set("isolated_us", *isolated_us).set("metadata_isolated_us", *metadata_isolated_us);

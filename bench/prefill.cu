@@ -93,6 +93,11 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
                                         workload.layout.cols * element);
   const auto verdict = support::verify_rows(workload, host.get(), rows, support::Operands::kQuantized);
   const Timing t = time_graph(call, 5, context.quick ? 10 : 40);
+  const bool replays_match =
+      same_rows(host.get(),
+                arena.download_rows(rows, workload.layout.row_stride * element,
+                                    workload.layout.cols * element).get(),
+                rows, workload.layout.row_stride * element, workload.layout.cols * element);
   // The metadata kernel alone, as an engine runs it once for the calls that share the windows
   // (once per workload: it does not depend on clean_logits).
   std::optional<Timing> metadata_time;
@@ -121,7 +126,8 @@ Record bench_case(const BenchContext& context, const support::PrefillWorkload& w
       .set("pct_fp8_ceiling", 100.0 * tflops / context.ceilings.fp8_tflops)
       .set("bytes", bytes)
       .set_floor(context.ceilings, flops, bytes, t.median_us)
-      .set("verified", verdict.ok)
+      .set("replays_match", replays_match)
+      .set("verified", verdict.ok && replays_match)
       .set("oracle_diff", verdict.diff);
 }
 
