@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "metadata.hpp"
+#include "mqa_logits/formats.hpp"
 #include "schedule.hpp"
 #include "validate_checks.hpp"
 
@@ -91,11 +92,11 @@ void check_varlen_runs(const PagedProblem& p) {
 // MX formats: the used bytes (a block of 32 elements each) of every packed UE8M0 scale word of
 // `count` are not 255, which is NaN (docs/contract.md); `what(i)` names word i.
 template <typename Where>
-void expect_finite_scales(const char* argument, const std::uint32_t* words, std::int64_t count,
+void expect_finite_scales(const char* argument, const std::int32_t* words, std::int64_t count,
                           std::int64_t head_dim, Where what) {
   for (std::int64_t i = 0; i < count; ++i) {
-    for (std::int64_t block = 0; block < head_dim / 32; ++block) {
-      if (((words[i] >> (8 * block)) & 0xffu) != 0xffu) continue;
+    for (int block = 0; block < head_dim / kMxBlock; ++block) {
+      if (packed_scale_byte(words[i], block) != 0xff) continue;
       refuse(argument, "expected UE8M0 scales below 255 (255 is NaN), got 255 in block " +
                            std::to_string(block) + " of " + what(i));
     }
@@ -113,19 +114,18 @@ void check_paged(const PagedProblem& p, const PagedScales& scales) {
   check_paged_lengths(p);
   const bool fp8 = p.format == Format::kFP8;
   if (!fp8) {
-    expect_finite_scales("q_scales", reinterpret_cast<const std::uint32_t*>(p.q_scales),
-                         p.batch * p.next_n * p.num_heads, p.head_dim, [&](std::int64_t i) {
+    expect_finite_scales("q_scales", p.q_scales, p.batch * p.next_n * p.num_heads, p.head_dim,
+                         [&](std::int64_t i) {
                            return "the scales at [" + std::to_string(i / (p.next_n * p.num_heads)) +
                                   ", " + std::to_string(i / p.num_heads % p.next_n) + ", " +
                                   std::to_string(i % p.num_heads) + "]";
                          });
   }
-  // Per unit (a sequence, or a varlen row: block-table row `unit` either way), the blocks of its
-  // longest row: its other rows read a prefix of them.
-  for (std::int64_t unit = 0; unit < p.batch; ++unit) {
-    const std::int64_t row = unit;
+  // Per block-table row (a sequence's, or a varlen row's), the blocks of its longest row: its other
+  // rows read a prefix of them.
+  for (std::int64_t row = 0; row < p.batch; ++row) {
     const std::int64_t len =
-        schedule::paged_unit_length(p.context_lens, p.context_lens_2d, p.next_n, unit);
+        schedule::paged_unit_length(p.context_lens, p.context_lens_2d, p.next_n, row);
     for (std::int64_t block = 0; block < schedule::ceil_div(len, p.block_kv); ++block) {
       const std::int64_t id = p.block_table[row * p.block_table_row_stride + block];
       if (id < 0 || id >= p.num_blocks) {
@@ -136,7 +136,7 @@ void check_paged(const PagedProblem& p, const PagedScales& scales) {
       const std::int64_t tokens = std::min<std::int64_t>(p.block_kv, len - block * p.block_kv);
       const float* block_scales = scales.scales + id * scales.block_stride;
       if (!fp8) {
-        expect_finite_scales("kv_cache", reinterpret_cast<const std::uint32_t*>(block_scales),
+        expect_finite_scales("kv_cache", reinterpret_cast<const std::int32_t*>(block_scales),
                              tokens, p.head_dim, [&](std::int64_t token) {
                                return "the scales of token " + std::to_string(token) +
                                       " of block " + std::to_string(id);
@@ -186,11 +186,11 @@ void check_prefill(const PrefillProblem& p) {
       }
     }
   } else {
-    expect_finite_scales("q_scales", reinterpret_cast<const std::uint32_t*>(p.q_scales),
-                         p.seq_len * p.num_heads, p.head_dim, [&](std::int64_t i) {
+    expect_finite_scales("q_scales", p.q_scales, p.seq_len * p.num_heads, p.head_dim,
+                         [&](std::int64_t i) {
                            return "the scales" + at(i / p.num_heads, i % p.num_heads);
                          });
-    expect_finite_scales("kv_scales", static_cast<const std::uint32_t*>(p.kv_scales),
+    expect_finite_scales("kv_scales", static_cast<const std::int32_t*>(p.kv_scales),
                          p.seq_len_kv, p.head_dim,
                          [&](std::int64_t key) { return "the scales" + at(key); });
   }

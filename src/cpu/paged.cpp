@@ -115,7 +115,6 @@ void compute_item(const PagedProblem& p, const std::vector<Group>& groups,
   }
 }
 
-
 }  // namespace
 
 void run_paged(const PagedProblem& p, int num_threads) {
