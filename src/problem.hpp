@@ -63,8 +63,7 @@ struct PagedProblem {
 
   const std::int32_t* context_lens = nullptr;  // [B, N] or [B]
   bool context_lens_2d = false;
-  const std::int32_t* block_table = nullptr;  // [table_rows, max_blocks]
-  std::int64_t table_rows = 0;
+  const std::int32_t* block_table = nullptr;  // [batch, max_blocks]
   std::int64_t max_blocks = 0;
   std::int64_t block_table_row_stride = 0;  // elements
   const std::int32_t* indices = nullptr;    // [B] or null (varlen form, N == 1): sequence labels

@@ -362,7 +362,6 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   problem.context_lens = typed<std::int32_t>(context_lens);
   problem.context_lens_2d = lens_2d;
   problem.block_table = typed<std::int32_t>(block_table);
-  problem.table_rows = block_table.shape[0];
   problem.max_blocks = block_table.shape[1];
   problem.block_table_row_stride = checks::row_stride(block_table);
   problem.indices = typed<std::int32_t>(options.indices);

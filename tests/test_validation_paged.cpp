@@ -102,7 +102,6 @@ TEST(PagedValidation, DescriptorHasEveryField) {
   EXPECT_EQ(p.context_lens, in.lens_data.data());
   EXPECT_TRUE(p.context_lens_2d);
   EXPECT_EQ(p.block_table, in.table_data.data());
-  EXPECT_EQ(p.table_rows, 3);
   EXPECT_EQ(p.max_blocks, 4);
   EXPECT_EQ(p.block_table_row_stride, 4);
   EXPECT_EQ(p.indices, nullptr);

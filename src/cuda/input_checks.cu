@@ -66,8 +66,8 @@ void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream) {
                              problem.context_lens_2d ? rows : problem.batch, stream);
   // The table's rows up to the last column of its last row (row stride >= 0).
   const std::int64_t table_ints =
-      problem.table_rows > 0 && problem.max_blocks > 0
-          ? (problem.table_rows - 1) * problem.block_table_row_stride + problem.max_blocks
+      problem.batch > 0 && problem.max_blocks > 0
+          ? (problem.batch - 1) * problem.block_table_row_stride + problem.max_blocks
           : 0;
   const auto table = download(problem.block_table, table_ints, stream);
   const auto indices = download(problem.indices, problem.batch, stream);
