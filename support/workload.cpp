@@ -610,11 +610,15 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
   }
   w.max_context_len = spec.max_context_len > 0 ? spec.max_context_len : longest;
 
-  // Block ids: a random permutation, the first `used` of which are handed out in table order.
+  // Block ids: a random permutation, the first `used` of which are handed out in sequence order,
+  // sequence s taking ids [first_id[s], first_id[s] + its blocks).
   std::int64_t used = 0;
+  std::vector<std::int64_t> first_id;
+  first_id.reserve(needed.size());
   for (const std::int64_t len : needed) {
     const std::int64_t blocks = (len + bkv - 1) / bkv;
     w.max_blocks = std::max(w.max_blocks, blocks);
+    first_id.push_back(used);
     used += blocks;
   }
   w.max_blocks = std::max<std::int64_t>(w.max_blocks, 1);
@@ -628,19 +632,11 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
   w.buffers[PagedWorkload::kBlockTable] =
       make_buffer("block_table", w.table_rows * w.max_blocks * 4, kPoison);
   auto* table = typed<std::int32_t>(w.buffers[PagedWorkload::kBlockTable]);
-  std::vector<std::int32_t> used_ids;
-  std::vector<std::int64_t> first_id(rows.sequences);  // of the sequence's run in used_ids
-  for (std::int64_t sequence = 0; sequence < rows.sequences; ++sequence) {
-    first_id[sequence] = static_cast<std::int64_t>(used_ids.size());
-    for (std::int64_t k = 0; k * bkv < needed[sequence]; ++k) {
-      used_ids.push_back(ids[used_ids.size()]);
-    }
-  }
   // A table row per sequence, or per token in the varlen form: its sequence's entries.
   for (std::int64_t row = 0; row < w.table_rows; ++row) {
     const std::int64_t sequence = spec.varlen_indices ? rows.indices[row] : row;
     for (std::int64_t k = 0; k * bkv < needed[sequence]; ++k) {
-      table[row * w.max_blocks + k] = used_ids[first_id[sequence] + k];
+      table[row * w.max_blocks + k] = ids[first_id[sequence] + k];
     }
   }
 
@@ -649,8 +645,8 @@ PagedWorkload make_paged_workload(const PagedSpec& spec) {
       make_buffer("kv_cache", w.num_blocks * w.block_stride_bytes, kPoison);
   w.kv_float.assign(w.num_blocks * bkv * d, 0.0f);
   auto* cache = typed<std::uint8_t>(w.buffers[PagedWorkload::kKvCache]);
-  cpu::parallel_for(static_cast<std::int64_t>(used_ids.size()), 0, [&](std::int64_t u) {
-    const std::int64_t block = used_ids[u];
+  cpu::parallel_for(used, 0, [&](std::int64_t u) {
+    const std::int64_t block = ids[u];
     std::uint8_t* base = cache + block * w.block_stride_bytes;
     for (std::int64_t slot = 0; slot < bkv; ++slot) {
       Rng rng(spec.seed, Stream::kKv, block * bkv + slot);
