@@ -198,18 +198,24 @@ std::string json_value(const Record::Value& value) {
 
 Ceilings measure_ceilings() { return {copy_bandwidth_tbps(), fp8_gemm_tflops()}; }
 
-double isolated_median_us(const std::function<void(cudaStream_t)>& enqueue, int samples) {
+std::vector<double> isolated_medians_us(
+    std::initializer_list<std::function<void(cudaStream_t)>> calls, int samples) {
   const auto separator = [](cudaStream_t stream) {
     separate_calls<<<1, 32, 0, stream>>>();
     check_cuda(cudaGetLastError(), "separate_calls");
   };
-  const Timing both = time_graph(
-      [&](cudaStream_t stream) {
-        separator(stream);
-        enqueue(stream);
-      },
-      5, samples);
-  return both.median_us - time_graph(separator, 5, samples).median_us;
+  const double separator_us = time_graph(separator, 5, samples).median_us;
+  std::vector<double> medians;
+  for (const auto& enqueue : calls) {
+    const Timing both = time_graph(
+        [&](cudaStream_t stream) {
+          separator(stream);
+          enqueue(stream);
+        },
+        5, samples);
+    medians.push_back(both.median_us - separator_us);
+  }
+  return medians;
 }
 
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, int samples) {
@@ -328,11 +334,13 @@ std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes
   return host;
 }
 
-bool same_rows(const std::byte* a, const std::byte* b, std::span<const std::int64_t> rows,
-               std::size_t row_stride_bytes, std::size_t row_bytes) {
+bool rows_unchanged(const std::byte* host, const void* device, std::size_t bytes,
+                    std::span<const std::int64_t> rows, std::size_t row_stride_bytes,
+                    std::size_t row_bytes) {
+  const auto now = download_rows(device, bytes, rows, row_stride_bytes, row_bytes);
   return std::all_of(rows.begin(), rows.end(), [&](std::int64_t row) {
     const std::size_t offset = static_cast<std::size_t>(row) * row_stride_bytes;
-    return std::memcmp(a + offset, b + offset, row_bytes) == 0;
+    return std::memcmp(host + offset, now.get() + offset, row_bytes) == 0;
   });
 }
 

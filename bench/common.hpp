@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -39,10 +40,12 @@ struct Timing {
 // replays it `samples` times, timing each replay with events; returns per-call statistics.
 Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls = 5, int samples = 40);
 
-// A call's median time (us) with a plain empty kernel before it in the graph, less that kernel's
-// own: the graph's calls otherwise follow each other by programmatic launch, each starting under
-// the previous one's tail, which an engine's call behind another kernel does not.
-double isolated_median_us(const std::function<void(cudaStream_t)>& enqueue, int samples = 40);
+// Each call's median time (us) with a plain empty kernel before it in the graph, less that
+// kernel's own (timed once for all): the graph's calls otherwise follow each other by
+// programmatic launch, each starting under the previous one's tail, which an engine's call behind
+// another kernel does not.
+std::vector<double> isolated_medians_us(
+    std::initializer_list<std::function<void(cudaStream_t)>> calls, int samples = 40);
 
 // Owning device copy of a workload's inputs (slot order), plus a logits buffer.
 class DeviceArena {
@@ -70,15 +73,16 @@ class DeviceArena {
   std::size_t logits_bytes_ = 0;
 };
 
-// Whether rows `rows` (row_bytes each, row_stride_bytes apart) of two downloads are the same
-// bytes: the timed replays left the output of the verified call (calls are bitwise repeatable).
-bool same_rows(const std::byte* a, const std::byte* b, std::span<const std::int64_t> rows,
-               std::size_t row_stride_bytes, std::size_t row_bytes);
-
 // Rows `rows` of a device buffer of `bytes` bytes, as DeviceArena::download_rows does.
 std::unique_ptr<std::byte[]> download_rows(const void* device, std::size_t bytes,
                                            std::span<const std::int64_t> rows,
                                            std::size_t row_stride_bytes, std::size_t row_bytes);
+
+// Whether rows `rows` of the device buffer still hold `host`'s bytes (a download_rows of the same
+// rows): after the timed replays, the output of the verified call (calls are bitwise repeatable).
+bool rows_unchanged(const std::byte* host, const void* device, std::size_t bytes,
+                    std::span<const std::int64_t> rows, std::size_t row_stride_bytes,
+                    std::size_t row_bytes);
 
 // One result row: ordered (key, value) pairs, written to JSON as an object.
 class Record {
@@ -117,7 +121,7 @@ std::vector<Record> run_host_cost_bench(const BenchContext& context);
 // as DeviceArena::pointers) with room for its logits at `device_logits`: verified on sampled rows
 // against the float64 oracle, timed with CUDA graphs, compared with the floor of the measured
 // ceilings. Fields as the decode suite reports them ("op" is "decode"). With `isolated`, the
-// call and the metadata kernel are also timed behind another kernel (isolated_median_us).
+// call and the metadata kernel are also timed behind another kernel (isolated_medians_us).
 Record measure_decode(const BenchContext& context, const support::PagedWorkload& workload,
                       std::span<void* const> device_inputs, void* device_logits,
                       bool isolated = false);

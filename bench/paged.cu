@@ -6,9 +6,9 @@
 // measure_decode is shared with the decode grid (paged_grid.cu).
 #include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "mqa_logits/mqa_logits.hpp"
@@ -111,17 +111,11 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
   const int samples = context.quick ? 10 : 40;
   const Timing t = time_graph(call, 5, samples);
   const bool replays_match =
-      same_rows(host.get(),
-                download_rows(device_logits, workload.logits_bytes(), sample,
-                              workload.layout.row_stride * element,
-                              workload.layout.cols * element).get(),
-                sample, workload.layout.row_stride * element, workload.layout.cols * element);
+      rows_unchanged(host.get(), device_logits, workload.logits_bytes(), sample,
+                     workload.layout.row_stride * element, workload.layout.cols * element);
   const Timing meta_time = time_graph(metadata, 5, samples);
-  std::optional<double> isolated_us, metadata_isolated_us;
-  if (isolated) {
-    isolated_us = isolated_median_us(call, samples);
-    metadata_isolated_us = isolated_median_us(metadata, samples);
-  }
+  const std::vector<double> isolated_us =  // the call's, then the metadata kernel's
+      isolated ? isolated_medians_us({call, metadata}, samples) : std::vector<double>{};
   cudaFree(meta);
 
   const Traffic work = traffic(workload);
@@ -142,8 +136,8 @@ Record measure_decode(const BenchContext& context, const support::PagedWorkload&
       .set("replays_match", replays_match)
       .set("verified", verdict.ok && replays_match)
       .set("oracle_diff", verdict.diff);
-  if (isolated_us) {
-    r.set("isolated_us", *isolated_us).set("metadata_isolated_us", *metadata_isolated_us);
+  if (!isolated_us.empty()) {
+    r.set("isolated_us", isolated_us[0]).set("metadata_isolated_us", isolated_us[1]);
   }
   return r;
 }
