@@ -115,10 +115,13 @@ inline std::vector<std::int32_t> garbage_metadata(int workers, std::int32_t unit
   return meta;
 }
 
+// A device copy of `values` (no allocation when empty).
 inline DeviceBuffer upload_ints(const std::vector<std::int32_t>& values) {
   DeviceBuffer buffer(values.size() * sizeof(std::int32_t));
-  check_cuda(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice),
-             "cudaMemcpy H2D");
+  if (!values.empty()) {
+    check_cuda(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice),
+               "cudaMemcpy H2D");
+  }
   return buffer;
 }
 

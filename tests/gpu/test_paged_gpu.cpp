@@ -90,16 +90,10 @@ class PagedCase {
         workers_(variation.workers > 0 ? variation.workers : get_num_sms()),
         table_(make_table(workload_, variation)),
         device_(gpu_test::upload(workload_.buffers)),
-        device_table_(table_.entries.size() * sizeof(std::int32_t)),
+        device_table_(gpu_test::upload_ints(table_.entries)),
         device_meta_(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2 *
                      sizeof(std::int32_t)),
-        out_(workload_.logits_bytes()) {
-    if (!table_.entries.empty()) {
-      check_cuda(cudaMemcpy(device_table_.data(), table_.entries.data(), device_table_.bytes(),
-                                 cudaMemcpyHostToDevice),
-                      "cudaMemcpy block table");
-    }
-  }
+        out_(workload_.logits_bytes()) {}
 
   const PagedWorkload& workload() const { return workload_; }
 

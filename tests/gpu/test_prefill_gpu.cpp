@@ -77,6 +77,17 @@ DeviceMetadata device_metadata(const PrefillWorkload& workload, const gpu_test::
   return meta;
 }
 
+// Host metadata of a workload's windows for get_num_sms() workers, with `num_heads` heads.
+std::vector<std::int32_t> host_metadata(const PrefillWorkload& workload, std::int64_t num_heads) {
+  std::vector<std::int32_t> meta(static_cast<std::size_t>(schedule_meta_rows(get_num_sms())) * 2);
+  const auto in = workload.host_inputs();
+  get_mqa_logits_metadata(in.k_start, in.k_end, workload.spec.seq_len_kv,
+                          static_cast<int>(num_heads),
+                          TensorView::contiguous(meta.data(), DType::kInt32,
+                                                 {schedule_meta_rows(get_num_sms()), 2}));
+  return meta;
+}
+
 std::string describe(const PrefillSpec& s) {
   return "S" + std::to_string(s.seq_len) + "_T" + std::to_string(s.seq_len_kv) + "_H" +
          std::to_string(s.num_heads) + "_D" + std::to_string(s.head_dim) + "_w" +
@@ -210,12 +221,7 @@ TEST_F(PrefillGpu, ScheduledEqualsUnscheduledBitwise) {
     spec.num_heads = windows == WindowKind::kRandom ? 16 : 64;
     const auto workload = support::make_prefill_workload(spec);
     const auto device = gpu_test::upload(workload.buffers);
-    const auto rows = schedule_meta_rows(get_num_sms());
-
-    std::vector<std::int32_t> host_meta(rows * 2);
-    const auto host_in = workload.host_inputs();
-    get_mqa_logits_metadata(host_in.k_start, host_in.k_end, spec.seq_len_kv, static_cast<int>(spec.num_heads),
-                            TensorView::contiguous(host_meta.data(), DType::kInt32, {rows, 2}));
+    const std::vector<std::int32_t> host_meta = host_metadata(workload, spec.num_heads);
     const auto meta = device_metadata(workload, device);
     const auto device_meta = meta.buffer.download();
     ASSERT_EQ(device_meta.size(), host_meta.size() * sizeof(std::int32_t));
@@ -405,17 +411,6 @@ TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
       EXPECT_EQ(checked, gpu_logits(workload, device, out));
     }
   }
-}
-
-// Host metadata of a workload's windows for get_num_sms() workers, with `num_heads` heads.
-std::vector<std::int32_t> host_metadata(const PrefillWorkload& workload, std::int64_t num_heads) {
-  std::vector<std::int32_t> meta(static_cast<std::size_t>(schedule_meta_rows(get_num_sms())) * 2);
-  const auto in = workload.host_inputs();
-  get_mqa_logits_metadata(in.k_start, in.k_end, workload.spec.seq_len_kv,
-                          static_cast<int>(num_heads),
-                          TensorView::contiguous(meta.data(), DType::kInt32,
-                                                 {schedule_meta_rows(get_num_sms()), 2}));
-  return meta;
 }
 
 // Metadata that is not the call's (another call's windows, another head count, values no
