@@ -124,11 +124,14 @@ def run_ring(seed, paired, producers_on_both_full=True, stages=4, tiles=48, thre
 # The kernel's shapes of the ring (paged_plan.cuh): two math warpgroups beside four loading
 # warps, three beside three, four beside four, with stage counts that are multiples of the
 # warpgroups and at least the loading warps; pairs run two beside four, with stage counts that
-# are multiples of the loading warps (the launcher asserts it; 12, 24 and 32 at D = 128, 64, 32).
-KERNEL_RINGS = [(2, 4, stages) for stages in (4, 6, 12)] + \
-               [(3, 3, stages) for stages in (3, 6, 12)] + \
-               [(4, 4, stages) for stages in (4, 8, 12)]
-PAIR_STAGES = (4, 8, 12, 24)
+# are multiples of the loading warps (the launcher asserts it). Besides the smallest counts the
+# rules allow, every count make_smem_layout gives an instance (H 8-64, D 32-128, fp32 and bf16
+# weights): 10, 12, 24, 32 beside two warpgroups, 12, 24, 30 beside three, 12, 24, 32 beside
+# four, and 12, 24, 32 for the pairs.
+KERNEL_RINGS = [(2, 4, stages) for stages in (4, 6, 10, 12, 24, 32)] + \
+               [(3, 3, stages) for stages in (3, 6, 12, 24, 30)] + \
+               [(4, 4, stages) for stages in (4, 8, 12, 24, 32)]
+PAIR_STAGES = (4, 8, 12, 24, 32)
 
 
 @pytest.mark.parametrize("warpgroups,loaders,stages", KERNEL_RINGS)
