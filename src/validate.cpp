@@ -42,15 +42,26 @@ void expect_backend_format(const Placement& placement, Format format) {
 
 // ---- operands shared by both operations ----
 
-// q: contiguous [lead..., H, D or D / 2] (lead dims already named by `dims`). Returns D.
-std::int64_t expect_query(const QuantizedTensor& q, Format format, int rank,
-                          std::string_view dims) {
+// q: contiguous [lead..., H, D or D / 2] (lead dims already named by `dims`). Returns D. On a
+// CUDA device the kernels address q's rows of D bytes (the product of the other dims) by TMA
+// coordinates, which are 32-bit.
+std::int64_t expect_query(const Placement& placement, const QuantizedTensor& q, Format format,
+                          int rank, std::string_view dims) {
   const Arg arg{q.values, "q"};
   checks::expect_rank(arg, rank, dims);
   checks::expect_num_heads("q", "heads (dim " + std::to_string(rank - 2) + ")",
                            q.values.shape[rank - 2]);
   const std::int64_t dim = checks::head_dim(format, q.values.shape[rank - 1]);
   checks::expect_contiguous(arg);
+  if (placement.on_cuda()) {
+    std::int64_t rows = 1;
+    for (int d = 0; d < rank - 1; ++d) rows *= q.values.shape[d];  // at most numel
+    std::string product(dims.substr(1, dims.rfind(',') - 1));  // "[S, H, D]" -> "S x H"
+    for (std::size_t at = product.find(", "); at != std::string::npos; at = product.find(", "))
+      product.replace(at, 2, " x ");
+    checks::expect_in_range("q", product + " (its rows of D bytes on a CUDA device)", rows, 0,
+                            checks::kMaxColumns);
+  }
   return dim;
 }
 
@@ -239,7 +250,7 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   const Placement placement = place_prefill(q, kv, weights, k_start, k_end, logits, options);
   const Format format = checks::infer_format(q);
   expect_backend_format(placement, format);
-  const std::int64_t head_dim = expect_query(q, format, 3, "[S, H, D]");
+  const std::int64_t head_dim = expect_query(placement, q, format, 3, "[S, H, D]");
   const std::int64_t seq_len = q.values.shape[0];
   const std::int64_t num_heads = q.values.shape[1];
   expect_query_scales(q, "[S, H]");
@@ -309,7 +320,7 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
                                           schedule_meta, logits, options);
   const Format format = checks::infer_format(q);
   expect_backend_format(placement, format);
-  const std::int64_t head_dim = expect_query(q, format, 4, "[B, N, H, D]");
+  const std::int64_t head_dim = expect_query(placement, q, format, 4, "[B, N, H, D]");
   const std::int64_t batch = q.values.shape[0];
   const std::int64_t next_n = q.values.shape[1];
   const std::int64_t num_heads = q.values.shape[2];

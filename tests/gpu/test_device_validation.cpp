@@ -56,7 +56,7 @@ class DevicePrefill : public gpu_test::GpuTest {
  protected:
   void SetUp() override {
     gpu_test::GpuTest::SetUp();
-    if (IsSkipped()) return;
+    if (IsSkipped() || HasFatalFailure()) return;
     q_ = upload(in_.q_data);
     kv_ = upload(in_.kv_data);
     kv_scales_ = upload(in_.kv_scale_data);
@@ -131,6 +131,13 @@ TEST_F(DevicePrefill, RefusesDeviceMemoryMarkedAsHost) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// On a CUDA device q's rows (S x H, B x N x H) are TMA coordinates, 32-bit: a q claiming more is
+// refused before anything reads it (only its shape is large; its memory is the small upload).
+TEST_F(DevicePrefill, RefusesQueryRowsPastThirtyTwoBits) {
+  in_.q.values.shape[0] = (std::int64_t{1} << 31) / in_.q.values.shape[1] + 1;
+  expect_refused_call("q");
+}
+
 TEST_F(DevicePrefill, BackendPointerChecks) {
   EXPECT_NO_THROW(cuda_backend::require_device_pointer(q_.data(), 0, "q"));
   EXPECT_NO_THROW(cuda_backend::require_host_pointer(in_.q_data.data(), "q"));
@@ -170,6 +177,14 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
   const DevicePaged device(paged);
   paged.block_table.device = kGpu;  // but still host memory
   expect_refused_untouched([&] { paged.call(); }, "block_table", device.logits);
+}
+
+TEST_F(DevicePrefill, PagedRefusesQueryRowsPastThirtyTwoBits) {
+  test::PagedInputs paged;
+  const DevicePaged device(paged);
+  const auto& shape = paged.q.values.shape;
+  paged.q.values.shape[0] = (std::int64_t{1} << 31) / (shape[1] * shape[2]) + 1;
+  expect_refused_untouched([&] { paged.call(); }, "q", device.logits);
 }
 
 TEST_F(DevicePrefill, SmCountSettings) {
