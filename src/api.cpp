@@ -168,10 +168,10 @@ void set_num_sms(int num_sms) {
   const int current = device ? cuda_backend::current_device() : 0;
   const int limit =
       device ? cuda_backend::device_limits(current).sm_count : kMaxWorkersWithoutDevice;
-  if (num_sms < 1 || num_sms > limit) {
+  if (num_sms < 0 || num_sms > limit) {
     const std::string bound = device ? " (the SMs of cuda:" + std::to_string(current) + ")"
                                      : " (no CUDA device is visible)";
-    checks::refuse("num_sms", "expected 1 <= num_sms <= " + std::to_string(limit) + bound +
+    checks::refuse("num_sms", "expected 0 <= num_sms <= " + std::to_string(limit) + bound +
                                   ", got " + std::to_string(num_sms));
   }
   configured_num_sms.store(num_sms, std::memory_order_relaxed);

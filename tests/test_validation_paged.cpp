@@ -374,13 +374,21 @@ TEST(MetadataValidation, PrefillRefusals) {
 TEST(Settings, RefuseInvalidSmCounts) {
   const int before = get_num_sms();
   EXPECT_GE(before, 1);
-  expect_refused([] { set_num_sms(0); }, "num_sms");
+  expect_refused([] { set_num_sms(-1); }, "num_sms");
   expect_refused([] { set_num_sms(-3); }, "num_sms");
   expect_refused([] { set_num_sms(1 << 20); }, "num_sms");
   EXPECT_EQ(get_num_sms(), before);
   expect_refused([] { schedule_meta_rows(0); }, "num_sms");
   expect_refused([] { schedule_meta_rows(checks::kMaxWorkers + 1); }, "num_sms");
   EXPECT_EQ(schedule_meta_rows(132), 133);
+}
+
+TEST(Settings, ZeroSmsGoBackToTheDefault) {
+  const int default_sms = get_num_sms();
+  set_num_sms(1);
+  EXPECT_EQ(get_num_sms(), 1);
+  set_num_sms(0);
+  EXPECT_EQ(get_num_sms(), default_sms);
 }
 
 TEST(Settings, OutputLayoutsFitSixtyFourBits) {

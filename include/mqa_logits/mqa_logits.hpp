@@ -135,9 +135,10 @@ void get_mqa_logits_metadata(const TensorView& k_start, const TensorView& k_end,
 
 // How many SMs the GPU kernels may use: the worker count of the schedule metadata. Defaults to
 // the current CUDA device's SM count (on a machine without one, the hardware thread count). The
-// CPU backend runs on every hardware thread whatever this is.
+// CPU backend runs on every hardware thread whatever this is. set_num_sms(0) goes back to that
+// default (as DeepGEMM's does).
 int get_num_sms();
-void set_num_sms(int num_sms);  // 1 <= num_sms <= the device's SM count
+void set_num_sms(int num_sms);  // 0 <= num_sms <= the device's SM count
 
 // True when this build has the CUDA backend and a device of compute capability 9.0 is visible.
 bool cuda_backend_available();

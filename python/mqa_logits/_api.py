@@ -638,7 +638,8 @@ def set_num_sms(new_num_sms: int) -> None:
 
     Args:
         new_num_sms: from 1 to the current CUDA device's SM count (4096 without a CUDA
-            device).
+            device), or 0 for the default: the current device's SM count (the hardware thread
+            count without a CUDA device), as DeepGEMM's ``set_num_sms(0)``.
 
     Returns:
         None.
@@ -646,8 +647,8 @@ def set_num_sms(new_num_sms: int) -> None:
     Raises:
         TypeError: new_num_sms is not an int, e.g. ``"new_num_sms: expected an int, got
             float"``.
-        ValueError: new_num_sms out of range, e.g. ``"new_num_sms: expected 1 <= new_num_sms <=
-            132 (the SMs of cuda:0), got 0"``.
+        ValueError: new_num_sms out of range, e.g. ``"new_num_sms: expected 0 <= new_num_sms <=
+            132 (the SMs of cuda:0), got -1"``.
 
     Example:
         >>> import mqa_logits as deep_gemm

@@ -288,7 +288,7 @@ NB_MODULE(_C, m) {
   m.def("get_num_sms", &ml::get_num_sms,
         "SMs (CPU: worker threads) the kernels may use; the device's count unless set.");
   m.def("set_num_sms", &ml::set_num_sms, nb::arg("new_num_sms"),
-        "Limit the SMs (CPU: worker threads) the kernels may use.");
+        "Limit the SMs (CPU: worker threads) the kernels may use; 0 goes back to the default.");
   m.def("cuda_backend_available", &ml::cuda_backend_available,
         "True when this build has the CUDA backend and a compute capability 9.0 GPU is visible.");
 }

@@ -188,8 +188,18 @@ def test_num_sms_round_trips():
     assert mqa_logits.get_num_sms() == default
 
 
-@pytest.mark.parametrize("bad", [0, -3])
-def test_set_num_sms_refuses_non_positive(bad):
+def test_set_num_sms_zero_goes_back_to_the_default():
+    default = mqa_logits.get_num_sms()
+    try:
+        mqa_logits.set_num_sms(1)
+        mqa_logits.set_num_sms(0)
+        assert mqa_logits.get_num_sms() == default
+    finally:
+        mqa_logits.set_num_sms(0)
+
+
+@pytest.mark.parametrize("bad", [-1, -3])
+def test_set_num_sms_refuses_negative(bad):
     with pytest.raises(ValueError, match="num_sms"):
         mqa_logits.set_num_sms(bad)
 

@@ -260,7 +260,7 @@ CASES = (
                         indices=np.zeros(3, np.int32)), ValueError, None),
     ]]
     + [("set_num_sms", *case) for case in [
-        ("new_num_sms", "is 0", no_arguments, lambda a: dict(new_num_sms=0), ValueError, None),
+        ("new_num_sms", "is -1", no_arguments, lambda a: dict(new_num_sms=-1), ValueError, None),
         ("new_num_sms", "is -3", no_arguments, lambda a: dict(new_num_sms=-3), ValueError,
          None),
         ("new_num_sms", "is above the limit", no_arguments, lambda a: dict(new_num_sms=10**6),
@@ -344,10 +344,10 @@ def test_prefill_metadata_messages_use_its_names():
 
 def test_set_num_sms_message_uses_its_name():
     with pytest.raises(ValueError) as info:
-        mqa_logits.set_num_sms(0)
+        mqa_logits.set_num_sms(-1)
     message = str(info.value)
-    assert message.startswith("new_num_sms: expected 1 <= new_num_sms <= "), message
-    assert message.endswith(", got 0")
+    assert message.startswith("new_num_sms: expected 0 <= new_num_sms <= "), message
+    assert message.endswith(", got -1")
 
 
 def test_missing_and_wrong_scales_say_how_to_pass_them(rng):
