@@ -178,27 +178,13 @@ class PagedCase {
   std::vector<std::int32_t> host_meta_;
 };
 
-// Row padding past max_context_len (the layout's stride) still holds the poison: the kernel
-// never writes outside the logical output.
-void expect_padding_untouched(const PagedWorkload& w, const std::vector<std::byte>& gpu) {
-  const std::size_t element = dtype_size(w.spec.logits_dtype);
-  std::int64_t touched = 0;
-  for (std::int64_t row = 0; row < w.layout.rows; ++row) {
-    for (std::int64_t col = w.layout.cols; col < w.layout.row_stride; ++col) {
-      const std::byte* e = gpu.data() + (row * w.layout.row_stride + col) * element;
-      for (std::size_t b = 0; b < element; ++b) touched += e[b] != std::byte{0xff};
-    }
-  }
-  EXPECT_EQ(touched, 0) << "bytes written past max_context_len";
-}
-
 void run_and_compare(const PagedSpec& spec, const Variation& variation = {}) {
   PagedCase c(spec, variation);
   const auto cpu = c.cpu_logits();
   const auto gpu = c.gpu_logits();
   EXPECT_EQ(c.device_metadata(), c.host_metadata()) << "device metadata differs from host";
   gpu_test::expect_matches_cpu(c.workload(), gpu, cpu);
-  expect_padding_untouched(c.workload(), gpu);
+  gpu_test::expect_padding_untouched(c.workload(), gpu);
 }
 
 std::string describe(const PagedSpec& s) {
@@ -463,7 +449,7 @@ TEST_F(PagedGpu, PairedCtas) {
         const auto gpu = c.gpu_logits();
         if (first.empty()) {
           gpu_test::expect_matches_cpu(c.workload(), gpu, c.cpu_logits());
-          expect_padding_untouched(c.workload(), gpu);
+          gpu_test::expect_padding_untouched(c.workload(), gpu);
           first = gpu;
         } else {
           EXPECT_EQ(gpu, first);

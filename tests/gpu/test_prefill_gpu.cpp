@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_support.hpp"
+#include "validation_inputs.hpp"
 
 namespace mqa_logits {
 namespace {
@@ -60,6 +61,7 @@ void run_and_compare(const PrefillSpec& spec) {
   DeviceBuffer out(workload.logits_bytes());
   const auto gpu = gpu_logits(workload, device, out);
   gpu_test::expect_matches_cpu(workload, gpu, cpu_logits(workload));
+  gpu_test::expect_padding_untouched(workload, gpu);
 }
 
 // The schedule metadata of the workload's windows for get_num_sms() workers, computed on the GPU.
@@ -403,7 +405,7 @@ TEST_F(PrefillGpu, CheckingModeRefusesWhatTheCpuRefuses) {
       check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     };
     if (width == 64) {
-      EXPECT_THROW(call(), InvalidArgument);
+      test::expect_refused(call, "max_seqlen_k");
       EXPECT_TRUE(out.untouched());
     } else {
       call();

@@ -4,6 +4,8 @@ Tests that need torch, ml_dtypes or a GPU skip with a reason (printed by `-rs`, 
 pyproject.toml) instead of disappearing, so a run without them says what it did not cover.
 """
 
+import os
+
 import pytest
 
 import mqa_logits
@@ -36,6 +38,9 @@ def _gpu_skip_reason():
 
 
 GPU_SKIP_REASON = _gpu_skip_reason()
+# scripts/gpu-check sets MQA_LOGITS_REQUIRE_GPU=1: there a GPU test that would skip is an error.
+if os.environ.get("MQA_LOGITS_REQUIRE_GPU") == "1" and GPU_SKIP_REASON is not None:
+    raise RuntimeError(f"MQA_LOGITS_REQUIRE_GPU=1, but GPU tests would skip: {GPU_SKIP_REASON}")
 requires_gpu = pytest.mark.skipif(GPU_SKIP_REASON is not None, reason=str(GPU_SKIP_REASON))
 
 
