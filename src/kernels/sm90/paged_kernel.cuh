@@ -48,8 +48,13 @@
 // other CTA) and once more before either CTA exits, released: its arrivals on the other CTA's
 // barriers are then performed. What a remote arrival on an empty barrier answers for: the
 // warpgroup's MMA, collective, whose completion thread 0 waited for; and the lanes' loads of the
-// stage's key scales, which the kernel issues before that MMA (an order of the SASS, which no PTX
-// rule gives across threads).
+// stage's key scales, which the kernel issues before that MMA. Both rest on the hardware's order,
+// not on a PTX rule: the arrival is relaxed (it orders none of thread 0's accesses, nor, across
+// threads, the other lanes' loads); CUTLASS's multicast pipelines release a consumer's stage the
+// same way, one thread's arrival after the MMA's wait. The PTX-sound form (__syncwarp, then per warp a
+// fence.release.sync_restrict::shared::cta.cluster and an arrival for 32; the producer's
+// fence.acquire.sync_restrict::shared::cluster.cluster after its wait) costs each warp a
+// MEMBAR.ALL.CTA and four remote arrivals a tile instead of one (docs/perf-notes.md, open items).
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
