@@ -14,6 +14,7 @@ device of a reference input, and CUDA work is queued on that framework's current
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -219,24 +220,19 @@ def as_int(name: str, value: Any, bits: int = 64) -> int:
 
 
 def as_bool(name: str, value: Any) -> bool:
-    """A flag as the reference's binding takes one: a bool (Python, numpy, or a 0-d bool
-    tensor), the ints 0 and 1, or None (False)."""
+    """A flag as the reference's pybind11 binding converts one: None is False; a bool, a number
+    (Python or numpy: nonzero is True) or a one-element tensor is its truth value; anything else
+    (a string, a list, a tensor of several elements) is refused."""
     if value is True or value is False:
         return value
     if value is None:
         return False
-    if isinstance(value, np.bool_):
+    if isinstance(value, (numbers.Number, np.bool_, np.number)):
         return bool(value)
-    if (torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0
-            and value.dtype == torch.bool):
+    if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1:
         return bool(value)
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}") from None
-    if number not in (0, 1):
-        raise ValueError(f"{name}: expected a bool (or the int 0 or 1), got {number}")
-    return bool(number)
+    raise TypeError(f"{name}: expected a bool (or a number, or a one-element tensor), "
+                    f"got {type(value).__name__}")
 
 
 def logits_dtype_of(value: Any) -> DType:

@@ -56,14 +56,16 @@ def test_varlen_indices(rng):
 
 
 def test_clean_logits_takes_what_the_reference_binding_takes(rng):
-    """clean_logits: a bool (Python, numpy or a 0-d torch bool), the ints 0 and 1, or None."""
+    """clean_logits as pybind11 converts it: None (False), a bool, a number (nonzero is True:
+    2 and 0.5 as well) or a one-element tensor."""
     case = make_paged(rng, "fp8", batch=2, next_n=1, num_heads=16, head_dim=64, block_kv=64,
                       max_context_len=130)
     clean = as_numpy(run(case, clean_logits=True))
-    flags = [1, np.bool_(True), np.int64(1)] + ([torch.tensor(True)] if torch else [])
+    flags = [1, 2, 0.5, np.bool_(True), np.int64(1)] + (
+        [torch.tensor(True), torch.tensor([3])] if torch else [])
     for flag in flags:
         np.testing.assert_array_equal(as_numpy(run(case, clean_logits=flag)), clean)
-    for flag in (0, None, np.bool_(False)):
+    for flag in (0, 0.0, None, np.bool_(False)) + ((torch.tensor(0),) if torch else ()):
         check_logits(as_numpy(run(case, clean_logits=flag)), case.expected(), case.mask(),
                      clean=False, bf16=False)
 
