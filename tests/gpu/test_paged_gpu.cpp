@@ -114,6 +114,24 @@ class PagedCase {
 
   // Device metadata, then the kernel on a poisoned (NaN) output.
   std::vector<std::byte> gpu_logits(std::optional<bool> check_inputs = {}) {
+    run_gpu(check_inputs);
+    return out_.download();
+  }
+
+  // The first `cols` logits of row `row` of the output gpu_logits / run_gpu wrote.
+  std::vector<std::byte> gpu_row(std::int64_t row, std::int64_t cols) const {
+    const std::size_t element = dtype_size(workload_.spec.logits_dtype);
+    std::vector<std::byte> host(static_cast<std::size_t>(cols) * element);
+    check_cuda(cudaMemcpy(host.data(),
+                          static_cast<const std::byte*>(out_.data()) +
+                              row * workload_.layout.row_stride * static_cast<std::int64_t>(element),
+                          host.size(), cudaMemcpyDeviceToHost),
+               "cudaMemcpy row");
+    return host;
+  }
+
+  // gpu_logits, the output left on the device.
+  void run_gpu(std::optional<bool> check_inputs = {}) {
     out_.poison();
     auto in = workload_.inputs(device_.pointers, kGpu);
     in.options.check_inputs = check_inputs;
@@ -125,7 +143,6 @@ class PagedCase {
                      workload_.max_context_len, workload_.logits_view(out_.data(), kGpu),
                      in.options);
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    return out_.download();
   }
 
   // The kernel with metadata that is not the call's (`meta`, rows for this case's workers): the
@@ -316,6 +333,35 @@ TEST_F(PagedGpu, MaxContextLenCutsContexts) {
   s.next_n = 3;
   s.max_context_len = 333;  // contexts are at least 350: every row is cut
   run_and_compare(s);
+}
+
+// An output of more than 2^31 elements (bf16, ~8.6 GB; the contexts short, max_context_len
+// wide): its second half of rows start past 2^31 elements (2^32 bytes) and must hold, bitwise,
+// what the same inputs give in an output as wide as the longest context.
+TEST_F(PagedGpu, RowsPastTwoToThe31Elements) {
+  PagedSpec s = base_spec(17);
+  s.batch = 48;
+  s.next_n = 2;
+  s.logits_dtype = DType::kBFloat16;
+  s.clean_logits = false;
+  PagedCase narrow(s, {});
+  const auto narrow_out = narrow.gpu_logits();
+  gpu_test::expect_matches_cpu(narrow.workload(), narrow_out, narrow.cpu_logits());
+  const PagedWorkload& w = narrow.workload();
+  s.max_context_len = (std::int64_t{1} << 31) / (w.num_rows / 2) + 4096;
+  PagedCase wide(s, {});
+  ASSERT_GT(w.num_rows / 2 * wide.workload().layout.row_stride, std::int64_t{1} << 31);
+  wide.run_gpu();
+  const std::size_t element = dtype_size(s.logits_dtype);
+  for (std::int64_t row = 0; row < w.num_rows; ++row) {
+    const std::int64_t len = std::max<std::int64_t>(0, w.context_length(row));
+    const auto got = wide.gpu_row(row, len);
+    EXPECT_EQ(std::memcmp(got.data(), narrow_out.data() + row * w.layout.row_stride * element,
+                          got.size()),
+              0)
+        << "row " << row << " (offset " << row * wide.workload().layout.row_stride
+        << " elements)";
+  }
 }
 
 // next_n 3, 5, 6 and 8 with 1-D lengths (the rows of a sequence see L - N + t + 1 keys, some of

@@ -481,6 +481,76 @@ TEST_F(PrefillGpu, CleanReachesColumnsPastTheGridLimit) {
   }
 }
 
+// Rows [first, first + count) of `wide` (the whole call's logits, on the device) against a call
+// on those rows alone into an output of its own: bitwise the same inside the windows. `first` is
+// a multiple of the 4-row blocks, so that both calls group the rows alike.
+void expect_rows_as_alone(const PrefillWorkload& workload, const gpu_test::DeviceInputs& device,
+                          const DeviceBuffer& wide, std::int64_t first, std::int64_t count) {
+  const auto advance = [](TensorView& view, std::int64_t rows) {
+    view.data = static_cast<std::byte*>(view.data) +
+                rows * view.strides[0] * static_cast<std::int64_t>(dtype_size(view.dtype));
+    view.shape[0] -= rows;
+  };
+  auto in = workload.inputs(device.pointers, kGpu);
+  for (TensorView* view : {&in.q.values, &in.weights, &in.k_start, &in.k_end}) {
+    advance(*view, first);
+    view->shape[0] = count;
+  }
+  const DType dtype = workload.spec.logits_dtype;
+  const OutputLayout alone = mqa_logits_output_layout(count, workload.spec.seq_len_kv,
+                                                      workload.spec.max_seqlen_k, dtype);
+  DeviceBuffer out(static_cast<std::size_t>(alone.rows * alone.row_stride) * dtype_size(dtype));
+  out.poison();
+  TensorView logits = TensorView::contiguous(out.data(), dtype, {alone.rows, alone.cols}, kGpu);
+  logits.strides[0] = alone.row_stride;
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, logits, in.options);
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const auto expected = out.download();
+  const std::size_t element = dtype_size(dtype);
+  const std::int64_t stride = workload.layout.row_stride;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t row = first + i;
+    const std::int64_t start = workload.k_start()[row];
+    const std::int64_t end = workload.k_end()[row];
+    // The window's columns: [start, end) of a full row, [0, end - start) of a compressed one.
+    const std::int64_t lo = workload.spec.max_seqlen_k > 0 ? 0 : start;
+    const std::int64_t hi = std::min(lo + end - start, workload.layout.cols);
+    std::vector<std::byte> got(static_cast<std::size_t>(hi - lo) * element);
+    check_cuda(cudaMemcpy(got.data(),
+                          static_cast<const std::byte*>(wide.data()) +
+                              (row * stride + lo) * static_cast<std::int64_t>(element),
+                          got.size(), cudaMemcpyDeviceToHost),
+               "cudaMemcpy row");
+    EXPECT_EQ(std::memcmp(got.data(), expected.data() + (i * alone.row_stride + lo) * element,
+                          got.size()),
+              0)
+        << "row " << row << " (offset " << row * stride << " elements)";
+  }
+}
+
+// Outputs of more than 2^31 elements, full and compressed (bf16, ~4.3 GB): the last rows start
+// past 2^31 elements (2^32 bytes) and must hold what a call on them alone writes; so must the
+// first rows, where an offset wrapped to 32 bits would have landed.
+TEST_F(PrefillGpu, RowsPastTwoToThe31Elements) {
+  constexpr std::int64_t kRows = 64;
+  auto spec = edge(32768 + kRows, 65536, WindowKind::kSliding, 43);
+  spec.sliding_window = 64;
+  spec.head_dim = 32;  // the smallest q: its rows of D bytes are what the host draws
+  spec.logits_dtype = DType::kBFloat16;
+  spec.clean_logits = false;
+  for (const std::int64_t width : {std::int64_t{0}, spec.seq_len_kv}) {
+    SCOPED_TRACE(width == 0 ? "full output" : "compressed output");
+    spec.max_seqlen_k = width;
+    const auto workload = support::make_prefill_workload(spec);
+    ASSERT_GT((spec.seq_len - 1) * workload.layout.row_stride, std::int64_t{1} << 31);
+    const auto device = gpu_test::upload(workload.buffers);
+    DeviceBuffer out(workload.logits_bytes());
+    gpu_logits_in_place(workload, device, out);
+    expect_rows_as_alone(workload, device, out, 0, kRows);
+    expect_rows_as_alone(workload, device, out, spec.seq_len - kRows, kRows);
+  }
+}
+
 TEST_F(PrefillGpu, ForeignMetadataStaysInsideTheOutput) {
   for (const std::int64_t heads : {64, 8}) {
     auto spec = edge(40, 900, WindowKind::kRandom, 31);
