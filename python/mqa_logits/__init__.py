@@ -28,8 +28,9 @@ sequence's keys in the fused paged KV cache that the decode functions read.
 Empty calls (no query, no key, no sequence, rows with no context) return empty logits, or rows
 of -inf with clean_logits, on every device.
 
-Errors: a wrong type or dtype raises TypeError; any other invalid input raises ValueError. The
-message names the argument as the Python function spells it (the scales of a ``(values,
+Errors: a wrong type or dtype raises InvalidTypeError (a TypeError); any other invalid input
+raises InvalidArgumentError (a ValueError). Both are RuntimeErrors too, as every refusal of
+DeepGEMM is, so that ``except RuntimeError`` written for it still catches them. The message names the argument as the Python function spells it (the scales of a ``(values,
 scales)`` pair as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
 """
 
@@ -44,6 +45,7 @@ from ._api import (
     get_paged_mqa_logits_metadata,
     set_num_sms,
 )
+from ._errors import InvalidArgumentError, InvalidTypeError
 from ._quantize import quantize_fp8, quantize_mxfp4, quantize_mxfp8, write_paged_kv_cache
 from . import _C
 
@@ -58,6 +60,8 @@ __all__ = [
     "get_num_sms",
     "get_paged_mqa_logits_metadata",
     "set_num_sms",
+    "InvalidArgumentError",
+    "InvalidTypeError",
     "cuda_backend_available",
     "quantize_fp8",
     "quantize_mxfp8",

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _C
 from ._C import DType
+from ._errors import InvalidArgumentError, InvalidTypeError
 
 try:
     import torch
@@ -109,9 +110,9 @@ class Accepted:
         self.numpy = {key: d for key, d in _NUMPY_DTYPES.items() if d in dtypes}
         self.reason = reason  # why the others are refused, for the message
 
-    def refuse(self, name: str, dtype_name: str) -> TypeError:
+    def refuse(self, name: str, dtype_name: str) -> InvalidTypeError:
         why = f" ({self.reason})" if self.reason else ""
-        return TypeError(f"{name}: expected dtype {_names(self.dtypes)}{why}, got {dtype_name}")
+        return InvalidTypeError(f"{name}: expected dtype {_names(self.dtypes)}{why}, got {dtype_name}")
 
 
 BYTES = Accepted(DType.float8_e4m3, DType.uint8, DType.int8)
@@ -132,7 +133,7 @@ def describe(name: str, x: Any, accepted: Accepted) -> Descriptor:
         elif x.is_cpu:
             device = HOST
         else:
-            raise ValueError(f"{name}: expected a CPU or CUDA tensor, got device {x.device}")
+            raise InvalidArgumentError(f"{name}: expected a CPU or CUDA tensor, got device {x.device}")
         return (x.data_ptr(), dtype, x.shape, x.stride(), device)
     if isinstance(x, np.ndarray):
         if not x.dtype.isnative:
@@ -141,13 +142,13 @@ def describe(name: str, x: Any, accepted: Accepted) -> Descriptor:
         if dtype is None:
             raise accepted.refuse(name, x.dtype.name)
         return _numpy_descriptor(name, x, dtype)
-    raise TypeError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    raise InvalidTypeError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
 def _numpy_descriptor(name: str, x: np.ndarray, dtype: DType) -> Descriptor:
     itemsize = x.itemsize
     if any(stride % itemsize for stride in x.strides):
-        raise ValueError(f"{name}: expected strides that are multiples of the element size "
+        raise InvalidArgumentError(f"{name}: expected strides that are multiples of the element size "
                          f"({itemsize} bytes), got {x.strides} bytes")
     strides = tuple(stride // itemsize for stride in x.strides)
     return (x.__array_interface__["data"][0], dtype, x.shape, strides, HOST)
@@ -185,7 +186,7 @@ def operand(name: str, x: Any,
     """
     if isinstance(x, (tuple, list)):
         if len(x) != 2:
-            raise TypeError(f"{name}: expected a tensor or a (values, scales) pair, "
+            raise InvalidTypeError(f"{name}: expected a tensor or a (values, scales) pair, "
                             f"got a {type(x).__name__} of {len(x)}")
         values, scales = x
     else:
@@ -212,10 +213,10 @@ def as_int(name: str, value: Any, bits: int = 64) -> int:
     try:
         result = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+        raise InvalidTypeError(f"{name}: expected an int, got {type(value).__name__}") from None
     low, high = _INT32_RANGE if bits == 32 else _INT64_RANGE
     if not low <= result <= high:
-        raise ValueError(f"{name}: expected an int{bits} value, got {result}")
+        raise InvalidArgumentError(f"{name}: expected an int{bits} value, got {result}")
     return result
 
 
@@ -231,7 +232,7 @@ def as_bool(name: str, value: Any) -> bool:
         return bool(value)
     if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1:
         return bool(value)
-    raise TypeError(f"{name}: expected a bool (or a number, or a one-element tensor), "
+    raise InvalidTypeError(f"{name}: expected a bool (or a number, or a one-element tensor), "
                     f"got {type(value).__name__}")
 
 
@@ -249,7 +250,7 @@ def logits_dtype_of(value: Any) -> DType:
     for dtype in (DType.float32, DType.bfloat16):
         if _NAMES[dtype] == name:
             return dtype
-    raise TypeError(f"logits_dtype: expected float32 or bfloat16, got {name}")
+    raise InvalidTypeError(f"logits_dtype: expected float32 or bfloat16, got {name}")
 
 
 def stream_of(descriptor: Descriptor) -> int:
@@ -295,7 +296,7 @@ def _numpy_empty_strided(shape: Tuple[int, ...], strides: Tuple[int, ...],
                          dtype: DType) -> np.ndarray:
     numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
     if numpy_dtype is None:
-        raise TypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
+        raise InvalidTypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
                         "package (pip install ml_dtypes)")
     byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
     if 0 in shape:

@@ -20,10 +20,22 @@ _PAIRED = ("q", "kv")
 _DTYPE_TERMS = {"float8_e4m3": "float8_e4m3fn"}
 
 
+class InvalidArgumentError(ValueError, RuntimeError):
+    """An input refused before anything runs (shape, stride, alignment, device, range, ...).
+
+    A ValueError, and a RuntimeError too: DeepGEMM raises RuntimeError for every refusal, so code
+    written against it (``except RuntimeError``) catches ours as well."""
+
+
+class InvalidTypeError(TypeError, RuntimeError):
+    """An argument of the wrong Python type or dtype: a TypeError, and a RuntimeError as
+    DeepGEMM's refusals are."""
+
+
 class Vocabulary:
     """How one Python function words the library's messages; the calls into the extension run
     inside ``with vocabulary:``, which re-raises the library's ValueError / TypeError with the
-    message rephrased. One object per function, built once: entering it costs a call nothing
+    message rephrased, as InvalidArgumentError / InvalidTypeError. One object per function, built once: entering it costs a call nothing
     (a generator-based context manager would add ~1 us to every call)."""
 
     __slots__ = ("arguments", "terms")
@@ -36,8 +48,10 @@ class Vocabulary:
         return None
 
     def __exit__(self, kind, error, traceback) -> bool:
-        if kind is ValueError or kind is TypeError:
-            raise kind(rephrase(str(error), self)) from None
+        if kind is not None and issubclass(kind, TypeError):
+            raise InvalidTypeError(rephrase(str(error), self)) from None
+        if kind is not None and issubclass(kind, ValueError):
+            raise InvalidArgumentError(rephrase(str(error), self)) from None
         return False
 
 

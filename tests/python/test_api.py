@@ -82,8 +82,23 @@ def test_own_function_signatures(name):
 
 
 def test_every_public_function_is_listed_here():
-    functions = {name for name in mqa_logits.__all__ if callable(getattr(mqa_logits, name))}
+    functions = {name for name in mqa_logits.__all__
+                 if inspect.isfunction(getattr(mqa_logits, name))}
     assert functions == set(PUBLIC_FUNCTIONS)
+
+
+def test_refusals_are_runtime_errors_as_deep_gemm_raises():
+    """The package's error classes: ValueError / TypeError for Python code, RuntimeError for
+    code written against DeepGEMM, whose every refusal is one."""
+    assert {"InvalidArgumentError", "InvalidTypeError"} <= set(mqa_logits.__all__)
+    assert issubclass(mqa_logits.InvalidArgumentError, ValueError)
+    assert issubclass(mqa_logits.InvalidArgumentError, RuntimeError)
+    assert issubclass(mqa_logits.InvalidTypeError, TypeError)
+    assert issubclass(mqa_logits.InvalidTypeError, RuntimeError)
+    with pytest.raises(RuntimeError, match="^new_num_sms: "):
+        mqa_logits.set_num_sms(-1)
+    with pytest.raises(RuntimeError, match="^new_num_sms: "):
+        mqa_logits.set_num_sms("2")
 
 
 @pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)

@@ -270,6 +270,9 @@ CASES = (
     ]]
 )
 
+PACKAGE_ERRORS = {ValueError: mqa_logits.InvalidArgumentError,
+                  TypeError: mqa_logits.InvalidTypeError}
+
 NEEDS_ML_DTYPES = {"are bfloat16 (float32 logits)", "is float32 with bfloat16 weights"}
 
 
@@ -291,7 +294,10 @@ def test_errors_name_the_argument_as_the_function_spells_it(rng, case):
     finally:
         mqa_logits.set_num_sms(default)
     message = str(info.value)
-    assert type(info.value) is error
+    # The package's classes: the ValueError or TypeError asked for, and a RuntimeError as every
+    # refusal of DeepGEMM is.
+    assert type(info.value) is PACKAGE_ERRORS[error]
+    assert isinstance(info.value, RuntimeError)
     assert leading_argument(message) == argument, message
     assert message.startswith(prefix or f"{argument}: "), message
     assert "expected" in message, message
@@ -305,8 +311,9 @@ def test_every_argument_of_every_function_has_a_case():
         covered.setdefault(function_name, set()).add(argument)
     for name in mqa_logits.__all__:
         function = getattr(mqa_logits, name)
-        if not callable(function) or name.startswith(("quantize_", "write_")):
-            continue  # the numpy helpers: tests/python/test_quantize.py
+        if (not inspect.isfunction(function)
+                or name.startswith(("quantize_", "write_"))):
+            continue  # the numpy helpers: tests/python/test_quantize.py; the error classes
         parameters = set(inspect.signature(function).parameters)
         assert covered.get(name, set()) == parameters, name
 
