@@ -52,19 +52,31 @@ OutputLayout padded_layout(const char* rows_argument, std::int64_t rows, std::in
 }
 
 // Whether a call checks its inputs (input_checks.hpp): as it asks, else the CPU backend does and
-// the CUDA backend does when MQA_LOGITS_CHECK_INPUTS=1 (read at the first call).
-bool checks_inputs(const std::optional<bool>& requested, const Device& device) {
+// the CUDA backend does when MQA_LOGITS_CHECK_INPUTS=1 (read at the first call). On a CUDA
+// device the checks copy inputs to the host and synchronize the stream, which a stream capturing
+// a CUDA graph cannot do (it would invalidate the capture): asked for there, they are refused;
+// from the environment, such calls run unchecked.
+bool checks_inputs(const std::optional<bool>& requested, const Device& device,
+                   cudaStream_t stream) {
   static const bool from_environment = [] {
     const char* value = std::getenv("MQA_LOGITS_CHECK_INPUTS");
     return value != nullptr && std::string_view(value) == "1";
   }();
-  return requested.value_or(device.type == DeviceType::kCPU || from_environment);
+  if (device.type == DeviceType::kCPU) return requested.value_or(true);
+  const bool check = requested.value_or(from_environment);
+  if (!check || !cuda_backend::stream_capturing(device.index, stream)) return check;
+  if (requested.has_value()) {
+    checks::refuse("check_inputs",
+                   "expected a stream that is not capturing a CUDA graph (the checks copy device "
+                   "inputs to the host and synchronize), got one that is");
+  }
+  return false;
 }
 
 void launch_prefill(const PrefillProblem& problem, const std::optional<bool>& check_inputs,
                     cudaStream_t stream) {
   if (problem.seq_len == 0 || problem.out_cols == 0) return;  // no output element to write
-  const bool check = checks_inputs(check_inputs, problem.device);
+  const bool check = checks_inputs(check_inputs, problem.device, stream);
   if (on_cuda(problem.device)) {
     if (check) cuda_backend::check_prefill_inputs(problem, stream);
     cuda_backend::run_prefill(problem, stream);
@@ -77,7 +89,7 @@ void launch_prefill(const PrefillProblem& problem, const std::optional<bool>& ch
 void launch_paged(const PagedProblem& problem, const std::optional<bool>& check_inputs,
                   cudaStream_t stream) {
   if (problem.batch * problem.next_n == 0 || problem.max_context_len == 0) return;
-  const bool check = checks_inputs(check_inputs, problem.device);
+  const bool check = checks_inputs(check_inputs, problem.device, stream);
   if (on_cuda(problem.device)) {
     if (check) cuda_backend::check_paged_inputs(problem, stream);
     cuda_backend::run_paged(problem, stream);

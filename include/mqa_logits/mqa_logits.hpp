@@ -54,8 +54,9 @@ struct MqaLogitsOptions {
   // and refuse them with InvalidArgument. Unset: the backend's default. The CPU backend checks
   // them; the CUDA backend does not (docs/contract.md says what such inputs give), unless the
   // environment variable MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device
-  // checking copies them to the host and synchronizes the stream: a debugging mode. false on the
-  // CPU gives what the GPU gives.
+  // checking copies them to the host and synchronizes the stream: a debugging mode. On a stream
+  // capturing a CUDA graph true is refused (InvalidArgument naming check_inputs) and the
+  // environment's default does not check. false on the CPU gives what the GPU gives.
   std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };
@@ -89,8 +90,9 @@ struct PagedMqaLogitsOptions {
   // and refuse them with InvalidArgument. Unset: the backend's default. The CPU backend checks
   // them; the CUDA backend does not (docs/contract.md says what such inputs give), unless the
   // environment variable MQA_LOGITS_CHECK_INPUTS is 1 at the first call. On a CUDA device
-  // checking copies them to the host and synchronizes the stream: a debugging mode. false on the
-  // CPU gives what the GPU gives.
+  // checking copies them to the host and synchronizes the stream: a debugging mode. On a stream
+  // capturing a CUDA graph true is refused (InvalidArgument naming check_inputs) and the
+  // environment's default does not check. false on the CPU gives what the GPU gives.
   std::optional<bool> check_inputs;
   cudaStream_t stream = nullptr;
 };

@@ -97,14 +97,25 @@ ml::TensorView tensor_view(const at::Tensor& tensor, ml::DType dtype) {
   return view;
 }
 
-// `object`'s view when it is a plain CPU or CUDA tensor of an accepted dtype.
+// Whether the fast path takes tensors on `tensor`'s device: CPU ones always, CUDA ones where this
+// module was built with torch's CUDA library, which gives torch's current stream (without it
+// their work would go on the legacy default stream: the general path takes them).
+bool fast_path_device(const at::Tensor& tensor) {
+#if defined(MQA_LOGITS_TORCH_CUDA)
+  return tensor.is_cpu() || tensor.is_cuda();
+#else
+  return tensor.is_cpu();
+#endif
+}
+
+// `object`'s view when it is a plain tensor of an accepted dtype on a fast_path_device.
 std::optional<ml::TensorView> view_of(nb::handle object, Accepted accepted) {
   const at::Tensor* tensor = tensor_of(object);
   if (tensor == nullptr || tensor->dim() > ml::kMaxRank) return std::nullopt;
   const std::optional<ml::DType> dtype = dtype_of(tensor->scalar_type());
   bool ok = false;
   for (ml::DType a : accepted) ok = ok || dtype == a;
-  if (!ok || !(tensor->is_cpu() || tensor->is_cuda())) return std::nullopt;
+  if (!ok || !fast_path_device(*tensor)) return std::nullopt;
   return tensor_view(*tensor, *dtype);
 }
 

@@ -37,6 +37,11 @@ void require_device_pointer(const void* ptr, int device, const char* argument);
 // Throws InvalidArgument naming `argument` if `ptr` is device memory (a host pointer is needed).
 void require_host_pointer(const void* ptr, const char* argument);
 
+// Whether `stream` (of CUDA device `device`) is capturing a CUDA graph, its capture valid or
+// already invalidated; the legacy stream counts as capturing while another stream captures in a
+// mode that forbids its use.
+bool stream_capturing(int device, cudaStream_t stream);
+
 // The checking mode (input_checks.hpp): copies the inputs the checks read to the host,
 // synchronizing `stream`, and runs the CPU backend's checks on them.
 void check_prefill_inputs(const PrefillProblem& problem, cudaStream_t stream);

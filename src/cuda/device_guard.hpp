@@ -17,7 +17,10 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
   ~DeviceGuard() {
     int current = previous_;
-    if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+    if (cudaGetDevice(&current) == cudaSuccess && current != previous_ &&
+        cudaSetDevice(previous_) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // not left for the caller's next check
+    }
   }
 
  private:

@@ -39,6 +39,18 @@ std::int64_t metadata_ints(int workers) {
 
 }  // namespace
 
+bool stream_capturing(int device, cudaStream_t stream) {
+  const DeviceGuard guard(device);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t error = cudaStreamIsCapturing(stream, &status);
+  if (error == cudaErrorStreamCaptureImplicit) {
+    static_cast<void>(cudaGetLastError());  // the query's own error, not the caller's
+    return true;
+  }
+  check_cuda(error, "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void check_prefill_inputs(const PrefillProblem& problem, cudaStream_t stream) {
   const DeviceGuard guard(problem.device.index);
   const auto start = download(problem.k_start, problem.seq_len, stream);

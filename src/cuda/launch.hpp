@@ -62,8 +62,9 @@ void launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, dim3 blo
   attributes[1] = cluster_attribute(cluster_ctas);
   config.attrs = attributes;
   config.numAttrs = cluster_ctas > 1 ? 2 : 1;
+  // Its own error only: an earlier, unrelated one left in the runtime must not fail a call whose
+  // kernel is already queued.
   check_cuda(cudaLaunchKernelEx(&config, kernel, args...), name);
-  check_cuda(cudaGetLastError(), name);
 }
 
 template <typename... Params, typename... Args>

@@ -30,6 +30,7 @@ const DeviceLimits& device_limits(int) { no_device("cudaDeviceGetAttribute"); }
 void require_device_pointer(const void*, int, const char*) {}
 void require_host_pointer(const void*, const char*) {}
 
+bool stream_capturing(int, cudaStream_t) { no_device("cudaStreamIsCapturing"); }
 void check_prefill_inputs(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void check_paged_inputs(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }

@@ -138,6 +138,35 @@ TEST_F(DevicePrefill, RefusesQueryRowsPastThirtyTwoBits) {
   expect_refused_call("q");
 }
 
+// The checking mode synchronizes, which a capturing stream cannot: asked for during a capture it
+// is refused before anything is captured, and the capture stays valid; a call without it is
+// captured, and the graph's replay writes the logits.
+TEST_F(DevicePrefill, CheckingModeIsRefusedWhileCapturing) {
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  in_.options.stream = stream;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "BeginCapture");
+  in_.options.check_inputs = true;
+  expect_refused([&] { in_.call(); }, "check_inputs");
+  in_.options.check_inputs = std::nullopt;
+  in_.call();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  const auto poisoned = [](std::byte b) { return b == std::byte{test::kPoison}; };
+  const auto captured = logits_.download();
+  EXPECT_TRUE(std::all_of(captured.begin(), captured.end(), poisoned)) << "written while capturing";
+  cudaGraphExec_t exec = nullptr;
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const auto after = logits_.download();
+  EXPECT_FALSE(std::all_of(after.begin(), after.end(), poisoned)) << "the replay wrote nothing";
+  check_cuda(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+  check_cuda(cudaGraphDestroy(graph), "cudaGraphDestroy");
+  check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(DevicePrefill, BackendPointerChecks) {
   EXPECT_NO_THROW(cuda_backend::require_device_pointer(q_.data(), 0, "q"));
   EXPECT_NO_THROW(cuda_backend::require_host_pointer(in_.q_data.data(), "q"));
