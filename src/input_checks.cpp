@@ -38,7 +38,9 @@ void expect_same_metadata(const std::int32_t* given, const std::vector<std::int3
     refuse_cell(fingerprint, "the fingerprint of other inputs");
   }
   for (std::int64_t i = 0; i < fingerprint; ++i) {
-    if (given[i] != expected[static_cast<std::size_t>(i)]) refuse_cell(i, "another split");
+    if (given[i] != expected[static_cast<std::size_t>(i)]) {
+      refuse_cell(i, "another split, or other inputs of the same counts,");
+    }
   }
 }
 

@@ -18,11 +18,13 @@
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
 // of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
 // or blocks, fingerprint), the fingerprint a digest of the number of groups and items
-// (metadata_fingerprint) that tells metadata computed for other lengths or windows from the
-// call's. With I items in all, worker k gets items [k * (I / W) + min(k, I % W), ...) —
-// contiguous segments whose sizes differ by at most one (decode: I counts parts of the chosen
-// split, the rows give tiles: the part's first tile; the fingerprint digests parts of 4 tiles).
-// The kernels read row W's first column only.
+// (metadata_fingerprint) that tells metadata computed for other lengths or windows of other
+// counts from the call's (inputs of the same counts share it). With I items in all, worker k
+// gets items [k * (I / W) + min(k, I % W), ...) — contiguous segments whose sizes differ by at
+// most one (decode: I counts parts of the chosen split, the rows give tiles: the part's first
+// tile; the fingerprint digests parts of 4 tiles).
+// For the call's own metadata the kernels' walk ends at row W's first column, the number of
+// groups or blocks, before its second matters.
 #pragma once
 
 #include <cstdint>

@@ -603,6 +603,10 @@ TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
 
 TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
   const int saved = get_num_sms();
+  struct RestoreSms {  // also when an assertion ends the test early
+    int sms;
+    ~RestoreSms() { set_num_sms(sms); }
+  } restore{saved};
   std::mt19937 gen(37);
   for (int trial = 0; trial < 40; ++trial) {
     // Every eighth trial up to 40000 rows, the last 200000 at H = 64: a thread of the kernel then
@@ -611,14 +615,14 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
     const std::int64_t most_rows = trial % 8 == 0 ? 40000 : trial % 4 == 0 ? 6000 : 700;
     const std::int64_t s =
         longest ? 200000 : std::uniform_int_distribution<std::int64_t>(0, most_rows)(gen);
-    // One trial's T lies past int32 (the metadata functions take any T >= 0), its windows near
-    // INT32_MAX: their ends then clamp at themselves, in 64 bits on the host and 32 on the GPU.
-    const bool beyond_int32 = trial == 37;
-    const std::int64_t t =
-        beyond_int32 ? 3'000'000'000 : std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
+    // One trial's T is the largest the metadata functions take (2^31 - 1), its windows near it:
+    // their ends then clamp at T, in 64 bits on the host and 32 on the GPU.
+    const bool largest_t = trial == 37;
+    const std::int64_t t = largest_t ? std::numeric_limits<std::int32_t>::max()
+                                     : std::uniform_int_distribution<std::int64_t>(0, 20000)(gen);
     const auto top = static_cast<std::int32_t>(
         std::min<std::int64_t>(t, std::numeric_limits<std::int32_t>::max() - 300));
-    const std::int32_t bottom = beyond_int32 ? top - 100000 : 0;
+    const std::int32_t bottom = largest_t ? top - 100000 : 0;
     const int heads = longest ? 64 : 8 << std::uniform_int_distribution<int>(0, 3)(gen);
     std::vector<std::int32_t> start(static_cast<std::size_t>(s)), end(static_cast<std::size_t>(s));
     for (std::int64_t i = 0; i < s; ++i) {
@@ -653,7 +657,6 @@ TEST_F(PagedGpu, DevicePrefillMetadataEqualsHostMetadata) {
                             TensorView::contiguous(end_at, DType::kInt32, {s}, kGpu), t, heads,
                             meta_view(device_meta.data(), workers, kGpu));
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    set_num_sms(saved);
     ASSERT_EQ(download_meta(device_meta), host) << "trial " << trial << " S " << s << " T " << t
                                                 << " H " << heads << " workers " << workers
                                                 << " shift " << shift;
