@@ -23,19 +23,27 @@
 
 namespace mqa_logits::gpu_test {
 
-// Base fixture: skips (visibly) where no sm_90 GPU is present.
-// Skipped without an sm_90 GPU; failed instead where MQA_LOGITS_REQUIRE_GPU=1 (scripts/gpu-check
-// sets it), so that a broken driver or runtime on a GPU machine cannot pass as skipped tests.
+// For the fixtures' SetUp: the test is skipped (visibly) without an sm_90 GPU, and fails instead
+// where MQA_LOGITS_REQUIRE_GPU=1 (scripts/gpu-check sets it), so that a broken driver or runtime
+// on a GPU machine cannot pass as skipped tests.
+inline void skip_without_gpu() {
+  if (cuda_backend_available()) return;
+  const char* required = std::getenv("MQA_LOGITS_REQUIRE_GPU");
+  if (required != nullptr && std::string(required) == "1") {
+    FAIL() << "MQA_LOGITS_REQUIRE_GPU=1, but no sm_90 GPU is usable (driver, runtime, device?)";
+  }
+  GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+}
+
 class GpuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (cuda_backend_available()) return;
-    const char* required = std::getenv("MQA_LOGITS_REQUIRE_GPU");
-    if (required != nullptr && std::string(required) == "1") {
-      FAIL() << "MQA_LOGITS_REQUIRE_GPU=1, but no sm_90 GPU is usable (driver, runtime, device?)";
-    }
-    GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
-  }
+  void SetUp() override { skip_without_gpu(); }
+};
+
+template <typename Param>
+class GpuParamTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override { skip_without_gpu(); }
 };
 
 inline constexpr Device kGpu{DeviceType::kCUDA, 0};

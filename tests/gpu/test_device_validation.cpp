@@ -211,6 +211,7 @@ TEST_F(DevicePrefill, PagedRefusesHostBlockTable) {
 TEST_F(DevicePrefill, PagedRefusesQueryRowsPastThirtyTwoBits) {
   test::PagedInputs paged;
   const DevicePaged device(paged);
+  paged.block_table.device = kGpu;  // one device for all (its host memory is never read here)
   const auto& shape = paged.q.values.shape;
   paged.q.values.shape[0] = (std::int64_t{1} << 31) / (shape[1] * shape[2]) + 1;
   expect_refused_untouched([&] { paged.call(); }, "q", device.logits);

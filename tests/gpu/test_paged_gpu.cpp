@@ -251,12 +251,7 @@ std::vector<PagedSpec> option_matrix() {
   return specs;
 }
 
-class PagedOptionMatrix : public ::testing::TestWithParam<PagedSpec> {
- protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
-  }
-};
+class PagedOptionMatrix : public gpu_test::GpuParamTest<PagedSpec> {};
 
 TEST_P(PagedOptionMatrix, MatchesCpuBackend) { run_and_compare(GetParam()); }
 

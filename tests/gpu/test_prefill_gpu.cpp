@@ -130,12 +130,7 @@ std::vector<PrefillSpec> option_matrix() {
   return specs;
 }
 
-class PrefillOptionMatrix : public ::testing::TestWithParam<PrefillSpec> {
- protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
-  }
-};
+class PrefillOptionMatrix : public gpu_test::GpuParamTest<PrefillSpec> {};
 
 TEST_P(PrefillOptionMatrix, MatchesCpuBackend) { run_and_compare(GetParam()); }
 
@@ -373,12 +368,7 @@ std::vector<PatternCase> pattern_cases() {
   };
 }
 
-class PrefillPatterns : public ::testing::TestWithParam<PatternCase> {
- protected:
-  void SetUp() override {
-    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
-  }
-};
+class PrefillPatterns : public gpu_test::GpuParamTest<PatternCase> {};
 
 TEST_P(PrefillPatterns, ScheduledEqualsUnscheduledAndMatchesCpu) {
   run_scheduled_and_compare(GetParam().spec);
