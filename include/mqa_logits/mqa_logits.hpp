@@ -27,7 +27,10 @@ namespace mqa_logits {
 
 // Where to allocate logits: `rows` x `cols` logical elements, rows `row_stride` elements apart.
 // The stride is padded to a multiple of kLogitsRowAlignmentBytes; any row stride >= cols whose
-// rows start 16-byte aligned is accepted too.
+// rows start 16-byte aligned is accepted too. The CUDA prefill kernel stores whole 16-byte
+// granules: each row's elements past `cols` up to the next 16-byte boundary may be written (the
+// row stride holds them), so a caller's own buffer must extend to that boundary after its last
+// row, as rows x row_stride elements do.
 inline constexpr std::int64_t kLogitsRowAlignmentBytes = 1024;
 struct OutputLayout {
   std::int64_t rows = 0;

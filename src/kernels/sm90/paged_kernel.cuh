@@ -32,8 +32,9 @@
 // CTA pairs (kPaired; paged_plan.cuh, "CTA pairs"): both CTAs of a cluster of two walk the same
 // tiles into the same stages. Each producer expects the whole tile on its own full barrier and
 // issues half of it (one 32-key box and its scales) multicast to both CTAs; each empty barrier
-// counts both CTAs' math warpgroups (the other's as one arrival for 128, by its thread 0 once its
-// wait for the MMA returned), so neither producer refills a stage that either CTA still reads.
+// counts both CTAs' math warpgroups (the other's as four arrivals for 32, one by each warp's first
+// lane after the warp's reads of the stage and a release at cluster scope: release_stage), so
+// neither producer refills a stage that either CTA still reads.
 // Each full barrier also counts both producers (an arrival from each, whether or not its half
 // holds any block): otherwise, where the other CTA's half is empty, this CTA could consume a
 // stage's next tile, and arrive for it on the other CTA's empty barrier, before that barrier's
@@ -46,15 +47,12 @@
 // runs the ring over random interleavings, remote arrivals delivered out of order.) The pair's
 // cluster barrier is passed once the barriers of both are initialized (before any access to the
 // other CTA) and once more before either CTA exits, released: its arrivals on the other CTA's
-// barriers are then performed. What a remote arrival on an empty barrier answers for: the
-// warpgroup's MMA, collective, whose completion thread 0 waited for; and the lanes' loads of the
-// stage's key scales, which the kernel issues before that MMA. Both rest on the hardware's order,
-// not on a PTX rule: the arrival is relaxed (it orders none of thread 0's accesses, nor, across
-// threads, the other lanes' loads); CUTLASS's multicast pipelines release a consumer's stage the
-// same way, one thread's arrival after the MMA's wait. The PTX-sound form (__syncwarp, then per warp a
-// fence.release.sync_restrict::shared::cta.cluster and an arrival for 32; the producer's
-// fence.acquire.sync_restrict::shared::cluster.cluster after its wait) costs each warp a
-// MEMBAR.ALL.CTA and four remote arrivals a tile instead of one (docs/perf-notes.md, open items).
+// barriers are then performed. A remote arrival on an empty barrier answers for its warp's reads
+// of the stage (the MMA it waited for, its lanes' key scales) by PTX's rules: __syncwarp, a
+// fence.release.sync_restrict::shared::cta.cluster, the relaxed arrival; the producer's
+// fence.acquire.sync_restrict::shared::cluster.cluster after its wait. (One relaxed arrival by
+// thread 0 for the warpgroup, as before, left both to the hardware's order: compute-sanitizer's
+// racecheck reported the key-scale loads against the other CTA's refill.)
 //
 // Warp roles (128 x (1 + math warpgroups) threads):
 //   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
@@ -133,13 +131,18 @@ static_assert(registers_fit(2) && registers_fit(3) && registers_fit(4),
 
 // Hands stage `stage` back to its producer once this thread's MMAs have read it: every thread
 // arrives (an arrival releases only its own reads). In a pair, whose producers refill both CTAs'
-// stages, the warpgroup's first thread also arrives for all 128 on the other CTA's barrier: its
-// wait for the MMA (wgmma is collective over the warpgroup) saw every read of it complete.
+// stages, each warp's first lane also arrives for its 32 on the other CTA's barrier, after the
+// warp's reads of the stage (its lanes' key scales, the MMA it waited for) and a release at
+// cluster scope; the other producer acquires it after its wait.
 template <bool kPaired>
 __device__ __forceinline__ void release_stage(const SharedState& s, int stage) {
   s.empty(stage)->arrive();
   if constexpr (kPaired) {
-    if (threadIdx.x % 128 == 0) arrive_on_cta(s.empty(stage), pair_rank() ^ 1, 128);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+      fence_release_to_pair();
+      arrive_on_cta(s.empty(stage), pair_rank() ^ 1, 32);
+    }
   }
 }
 
@@ -313,8 +316,8 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
     for (int stage = 0; stage < params.smem.stages; ++stage) {
       // The TMA thread (in a pair, both CTAs' TMA threads), or the copying warp.
       s.full(stage)->init(kPaired ? 2 : params.kv_tma ? 1 : 32);
-      // The math warpgroup computing the stage, and in a pair the other CTA's (one arrival for
-      // its 128 threads: release_stage).
+      // The math warpgroup computing the stage, and in a pair the other CTA's (an arrival for 32
+      // from each of its warps: release_stage).
       s.empty(stage)->init(kPaired ? 2 * 128 : 128);
     }
     for (int slot = 0; slot < kQSlots; ++slot) {

@@ -82,6 +82,17 @@ __device__ __forceinline__ void arrive_on_cta(Barrier* bar, int rank, std::uint3
                : "memory");
 }
 
+// Orders this thread's shared-memory accesses (and, after a __syncwarp, its warp's) before its
+// next arrival on a barrier of the other CTA: a release at cluster scope restricted to shared
+// memory (a MEMBAR.ALL.CTA; a released arrival at cluster scope is a MEMBAR.ALL.GPU).
+__device__ __forceinline__ void fence_release_to_pair() {
+  ptx::fence_sync_restrict(ptx::sem_release, ptx::space_shared, ptx::scope_cluster);
+}
+// After a wait on a barrier the other CTA arrives on: what its releases ordered happens before.
+__device__ __forceinline__ void fence_acquire_from_pair() {
+  ptx::fence_sync_restrict(ptx::sem_acquire, ptx::space_cluster, ptx::scope_cluster);
+}
+
 // The pair's barrier: every thread of both CTAs arrives once and waits once per phase; a thread
 // waits for its phase before it arrives again. A relaxed arrival orders nothing before it (the
 // mbarrier inits cross by fence_barrier_init, at cluster scope); a released one orders all the

@@ -101,6 +101,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
   if constexpr (kTma) {
     if (lane == 0) {
       s.empty(stage)->wait(phase ^ 1);
+      if constexpr (kPaired) fence_acquire_from_pair();  // the other CTA's reads of the stage
       *s.info(stage) = mask;
       full->arrive_expect_bytes(__popc(mask) * kBlockKeys * (D + kScaleBytes));
       // The other CTA's full barrier waits for this producer too, even where this CTA loads no
