@@ -30,8 +30,9 @@ of -inf with clean_logits, on every device.
 
 Errors: a wrong type or dtype raises InvalidTypeError (a TypeError); any other invalid input
 raises InvalidArgumentError (a ValueError). Both are RuntimeErrors too, as every refusal of
-DeepGEMM is, so that ``except RuntimeError`` written for it still catches them. The message names the argument as the Python function spells it (the scales of a ``(values,
-scales)`` pair as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
+DeepGEMM is, so that ``except RuntimeError`` written for it still catches them. The message
+names the argument as the Python function spells it (the scales of a ``(values, scales)`` pair
+as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
 """
 
 from ._api import (

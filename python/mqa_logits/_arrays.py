@@ -112,7 +112,8 @@ class Accepted:
 
     def refuse(self, name: str, dtype_name: str) -> InvalidTypeError:
         why = f" ({self.reason})" if self.reason else ""
-        return InvalidTypeError(f"{name}: expected dtype {_names(self.dtypes)}{why}, got {dtype_name}")
+        return InvalidTypeError(
+            f"{name}: expected dtype {_names(self.dtypes)}{why}, got {dtype_name}")
 
 
 BYTES = Accepted(DType.float8_e4m3, DType.uint8, DType.int8)
@@ -133,7 +134,8 @@ def describe(name: str, x: Any, accepted: Accepted) -> Descriptor:
         elif x.is_cpu:
             device = HOST
         else:
-            raise InvalidArgumentError(f"{name}: expected a CPU or CUDA tensor, got device {x.device}")
+            raise InvalidArgumentError(
+                f"{name}: expected a CPU or CUDA tensor, got device {x.device}")
         return (x.data_ptr(), dtype, x.shape, x.stride(), device)
     if isinstance(x, np.ndarray):
         if not x.dtype.isnative:
@@ -142,14 +144,16 @@ def describe(name: str, x: Any, accepted: Accepted) -> Descriptor:
         if dtype is None:
             raise accepted.refuse(name, x.dtype.name)
         return _numpy_descriptor(name, x, dtype)
-    raise InvalidTypeError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    raise InvalidTypeError(
+        f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
 def _numpy_descriptor(name: str, x: np.ndarray, dtype: DType) -> Descriptor:
     itemsize = x.itemsize
     if any(stride % itemsize for stride in x.strides):
-        raise InvalidArgumentError(f"{name}: expected strides that are multiples of the element size "
-                         f"({itemsize} bytes), got {x.strides} bytes")
+        raise InvalidArgumentError(
+            f"{name}: expected strides that are multiples of the element size "
+            f"({itemsize} bytes), got {x.strides} bytes")
     strides = tuple(stride // itemsize for stride in x.strides)
     return (x.__array_interface__["data"][0], dtype, x.shape, strides, HOST)
 
@@ -186,8 +190,9 @@ def operand(name: str, x: Any,
     """
     if isinstance(x, (tuple, list)):
         if len(x) != 2:
-            raise InvalidTypeError(f"{name}: expected a tensor or a (values, scales) pair, "
-                            f"got a {type(x).__name__} of {len(x)}")
+            raise InvalidTypeError(
+                f"{name}: expected a tensor or a (values, scales) pair, "
+                f"got a {type(x).__name__} of {len(x)}")
         values, scales = x
     else:
         values, scales = x, None
@@ -232,8 +237,9 @@ def as_bool(name: str, value: Any) -> bool:
         return bool(value)
     if torch is not None and isinstance(value, torch.Tensor) and value.numel() == 1:
         return bool(value)
-    raise InvalidTypeError(f"{name}: expected a bool (or a number, or a one-element tensor), "
-                    f"got {type(value).__name__}")
+    raise InvalidTypeError(
+        f"{name}: expected a bool (or a number, or a one-element tensor), "
+        f"got {type(value).__name__}")
 
 
 def logits_dtype_of(value: Any) -> DType:
@@ -296,8 +302,9 @@ def _numpy_empty_strided(shape: Tuple[int, ...], strides: Tuple[int, ...],
                          dtype: DType) -> np.ndarray:
     numpy_dtype = _NUMPY_OUTPUTS.get(dtype)
     if numpy_dtype is None:
-        raise InvalidTypeError(f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
-                        "package (pip install ml_dtypes)")
+        raise InvalidTypeError(
+            f"logits_dtype: {_NAMES[dtype]} numpy arrays need the ml_dtypes "
+            "package (pip install ml_dtypes)")
     byte_strides = tuple(stride * numpy_dtype.itemsize for stride in strides)
     if 0 in shape:
         return np.lib.stride_tricks.as_strided(np.empty(0, numpy_dtype), shape, byte_strides)

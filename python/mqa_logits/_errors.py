@@ -35,8 +35,9 @@ class InvalidTypeError(TypeError, RuntimeError):
 class Vocabulary:
     """How one Python function words the library's messages; the calls into the extension run
     inside ``with vocabulary:``, which re-raises the library's ValueError / TypeError with the
-    message rephrased, as InvalidArgumentError / InvalidTypeError. One object per function, built once: entering it costs a call nothing
-    (a generator-based context manager would add ~1 us to every call)."""
+    message rephrased, as InvalidArgumentError / InvalidTypeError. One object per function,
+    built once: entering it costs a call nothing (a generator-based context manager would add
+    ~1 us to every call)."""
 
     __slots__ = ("arguments", "terms")
 

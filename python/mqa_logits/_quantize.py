@@ -68,17 +68,21 @@ def _as_float32(x: Any) -> np.ndarray:
     try:
         array = np.asarray(x)
     except Exception as error:  # e.g. a CUDA tensor, or a ragged list
-        raise InvalidTypeError(f"x: expected a numpy array of real numbers, got {type(x).__name__} "
-                        f"({error})") from None
+        raise InvalidTypeError(
+            f"x: expected a numpy array of real numbers, got {type(x).__name__} "
+            f"({error})") from None
     if array.dtype.kind in "bcOSUMm":
-        raise InvalidTypeError(f"x: expected real numbers (float or integer dtype), got {array.dtype}")
+        raise InvalidTypeError(
+            f"x: expected real numbers (float or integer dtype), got {array.dtype}")
     if array.ndim == 0:
-        raise InvalidArgumentError("x: expected at least one dimension (vectors along the last), got a "
-                         "scalar")
+        raise InvalidArgumentError(
+            "x: expected at least one dimension (vectors along the last), got a "
+            "scalar")
     try:
         values = array.astype(np.float32)
     except (TypeError, ValueError):
-        raise InvalidTypeError(f"x: expected real numbers (float or integer dtype), got {array.dtype}") \
+        raise InvalidTypeError(
+            f"x: expected real numbers (float or integer dtype), got {array.dtype}") \
             from None
     finite = np.isfinite(values)
     if not finite.all():
@@ -90,7 +94,8 @@ def _mx_blocks(values: np.ndarray) -> np.ndarray:
     """[..., D] -> [..., D / 32, 32], refusing a head dim that is no whole number of blocks."""
     dim = values.shape[-1]
     if dim == 0 or dim % MX_BLOCK != 0 or dim // MX_BLOCK > _MAX_MX_BLOCKS:
-        raise InvalidArgumentError(f"x: expected a last dim of 32, 64, 96 or 128 (the head dim), got {dim}")
+        raise InvalidArgumentError(
+            f"x: expected a last dim of 32, 64, 96 or 128 (the head dim), got {dim}")
     return values.reshape(*values.shape[:-1], dim // MX_BLOCK, MX_BLOCK)
 
 
@@ -280,18 +285,22 @@ def write_paged_kv_cache(kv_cache: np.ndarray, kv: Tuple[np.ndarray, np.ndarray]
     num_blocks, block_kv, _, row_bytes = cache.shape
     token_bytes = row_bytes - _SCALE_BYTES
     if not isinstance(values, np.ndarray) or values.dtype.itemsize != 1:
-        raise InvalidTypeError("kv: values (kv[0]): expected a numpy array of a 1-byte dtype (uint8, "
-                        f"int8 or float8), got {_describe(values)}")
+        raise InvalidTypeError(
+            "kv: values (kv[0]): expected a numpy array of a 1-byte dtype (uint8, "
+            f"int8 or float8), got {_describe(values)}")
     if values.ndim != 2 or values.shape[1] != token_bytes:
-        raise InvalidArgumentError(f"kv: values (kv[0]): expected shape [T, {token_bytes}] (the cache's "
-                         f"dim 3 less 4 scale bytes), got {list(values.shape)}")
+        raise InvalidArgumentError(
+            f"kv: values (kv[0]): expected shape [T, {token_bytes}] (the cache's "
+            f"dim 3 less 4 scale bytes), got {list(values.shape)}")
     if not isinstance(scales, np.ndarray) or scales.dtype not in (np.float32, np.int32):
-        raise InvalidTypeError("kv: scales (kv[1]): expected a numpy array of dtype float32 (FP8) or "
-                        f"int32 (MXFP8, MXFP4), got {_describe(scales)}")
+        raise InvalidTypeError(
+            "kv: scales (kv[1]): expected a numpy array of dtype float32 (FP8) or "
+            f"int32 (MXFP8, MXFP4), got {_describe(scales)}")
     num_tokens = values.shape[0]
     if scales.shape != (num_tokens,):
-        raise InvalidArgumentError(f"kv: scales (kv[1]): expected shape [T] = [{num_tokens}], got "
-                         f"{list(scales.shape)}")
+        raise InvalidArgumentError(
+            f"kv: scales (kv[1]): expected shape [T] = [{num_tokens}], got "
+            f"{list(scales.shape)}")
     try:
         first = operator.index(start)
     except TypeError:
@@ -303,19 +312,22 @@ def write_paged_kv_cache(kv_cache: np.ndarray, kv: Tuple[np.ndarray, np.ndarray]
     except Exception:
         row = np.asarray([None])
     if row.ndim != 1 or (row.size and row.dtype.kind not in "iu"):
-        raise InvalidTypeError("block_table_row: expected a 1-D sequence of integers (one row of the "
-                        f"block table), got {_describe(block_table_row)}")
+        raise InvalidTypeError(
+            "block_table_row: expected a 1-D sequence of integers (one row of the "
+            f"block table), got {_describe(block_table_row)}")
     positions = first + np.arange(num_tokens, dtype=np.int64)
     needed = -(-(first + num_tokens) // block_kv) if num_tokens else 0
     if row.shape[0] < needed:
-        raise InvalidArgumentError(f"block_table_row: expected at least {needed} blocks for positions "
-                         f"{first} to {first + num_tokens - 1} of {block_kv}-token blocks, got "
-                         f"{row.shape[0]}")
+        raise InvalidArgumentError(
+            f"block_table_row: expected at least {needed} blocks for positions "
+            f"{first} to {first + num_tokens - 1} of {block_kv}-token blocks, got "
+            f"{row.shape[0]}")
     block_ids = row[positions // block_kv].astype(np.int64)
     outside = (block_ids < 0) | (block_ids >= num_blocks)
     if outside.any():
-        raise InvalidArgumentError(f"block_table_row: expected block ids in [0, {num_blocks}) (the cache's "
-                         f"blocks), got {block_ids[outside][0]}")
+        raise InvalidArgumentError(
+            f"block_table_row: expected block ids in [0, {num_blocks}) (the cache's "
+            f"blocks), got {block_ids[outside][0]}")
 
     block_stride = cache.strides[0] if num_blocks > 1 else block_kv * row_bytes
     blocks = np.lib.stride_tricks.as_strided(cache, (num_blocks, block_kv * row_bytes),
@@ -341,22 +353,27 @@ def _describe(x: Any) -> str:
 def _cache_bytes(kv_cache: Any) -> np.ndarray:
     """The fused cache as a uint8 view, after checking the layout the writer relies on."""
     if not isinstance(kv_cache, np.ndarray) or kv_cache.dtype.itemsize != 1:
-        raise InvalidTypeError("kv_cache: expected a numpy array of a 1-byte dtype (uint8, int8 or "
-                        f"float8), got {_describe(kv_cache)}")
+        raise InvalidTypeError(
+            "kv_cache: expected a numpy array of a 1-byte dtype (uint8, int8 or "
+            f"float8), got {_describe(kv_cache)}")
     if kv_cache.ndim != 4 or kv_cache.shape[2] != 1 or kv_cache.shape[3] <= _SCALE_BYTES:
-        raise InvalidArgumentError("kv_cache: expected shape [num_blocks, block_kv, 1, token_bytes + 4], "
-                         f"got {list(kv_cache.shape)}")
+        raise InvalidArgumentError(
+            "kv_cache: expected shape [num_blocks, block_kv, 1, token_bytes + 4], "
+            f"got {list(kv_cache.shape)}")
     num_blocks, block_kv, _, row_bytes = kv_cache.shape
     if block_kv not in _BLOCK_KV:
-        raise InvalidArgumentError(f"kv_cache: expected block_kv (dim 1) in {{32, 64}}, got {block_kv}")
+        raise InvalidArgumentError(
+            f"kv_cache: expected block_kv (dim 1) in {{32, 64}}, got {block_kv}")
     if kv_cache.strides[3] != 1 or kv_cache.strides[1] != row_bytes:
-        raise InvalidArgumentError(f"kv_cache: expected dense blocks (stride 1 = {row_bytes}, stride 3 = "
-                         f"1), got strides {kv_cache.strides[1]} and {kv_cache.strides[3]}")
+        raise InvalidArgumentError(
+            f"kv_cache: expected dense blocks (stride 1 = {row_bytes}, stride 3 = "
+            f"1), got strides {kv_cache.strides[1]} and {kv_cache.strides[3]}")
     block_bytes = block_kv * row_bytes
     block_stride = kv_cache.strides[0] if num_blocks > 1 else block_bytes
     if block_stride < block_bytes or block_stride % _SCALE_BYTES != 0:
-        raise InvalidArgumentError("kv_cache: expected a block stride (stride 0) that is a multiple of 4 "
-                         f"and at least {block_bytes} bytes, got {block_stride}")
+        raise InvalidArgumentError(
+            "kv_cache: expected a block stride (stride 0) that is a multiple of 4 "
+            f"and at least {block_bytes} bytes, got {block_stride}")
     if not kv_cache.flags.writeable:
         raise InvalidArgumentError("kv_cache: expected a writable array, got a read-only one")
     return kv_cache.view(np.uint8)
