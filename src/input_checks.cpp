@@ -77,9 +77,10 @@ void check_varlen_runs(const PagedProblem& p) {
       longest = std::max<std::int64_t>(longest, p.context_lens[end]);
     }
     const std::int32_t* first_row = p.block_table + first * p.block_table_row_stride;
+    const std::int64_t blocks = schedule::ceil_div(longest, p.block_kv);
     for (std::int64_t row = first + 1; row < end; ++row) {
       const std::int32_t* entries = p.block_table + row * p.block_table_row_stride;
-      for (std::int64_t block = 0; block < schedule::ceil_div(longest, p.block_kv); ++block) {
+      for (std::int64_t block = 0; block < blocks; ++block) {
         if (entries[block] == first_row[block]) continue;
         refuse("block_table", "expected the rows of one varlen sequence (equal indices, rows " +
                                   std::to_string(first) + " to " + std::to_string(end - 1) +

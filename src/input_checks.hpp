@@ -2,9 +2,10 @@
 // synchronization on the GPU: block ids, context lengths, the tables of varlen sequences, key
 // scales, the widest window against a compressed output, and schedule metadata. The CPU backend
 // runs them on every call; the CUDA backend runs them in its checking mode
-// (MQA_LOGITS_CHECK_INPUTS=1 or the options' check_inputs), on host copies of those inputs. Without the checking mode the CUDA
-// kernels still read and write nothing out of bounds; docs/contract.md says what each such input
-// gives. Each check throws InvalidArgument naming the argument, the position and the value.
+// (MQA_LOGITS_CHECK_INPUTS=1 or the options' check_inputs), on host copies of those inputs.
+// Without the checking mode the CUDA kernels still read and write nothing out of bounds;
+// docs/contract.md says what each such input gives. Each check throws InvalidArgument naming
+// the argument, the position and the value.
 #pragma once
 
 #include <cstdint>

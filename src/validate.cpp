@@ -56,11 +56,8 @@ std::int64_t expect_query(const Placement& placement, const QuantizedTensor& q, 
   if (placement.on_cuda()) {
     std::int64_t rows = 1;
     for (int d = 0; d < rank - 1; ++d) rows *= q.values.shape[d];  // at most numel
-    std::string product(dims.substr(1, dims.rfind(',') - 1));  // "[S, H, D]" -> "S x H"
-    for (std::size_t at = product.find(", "); at != std::string::npos; at = product.find(", "))
-      product.replace(at, 2, " x ");
-    checks::expect_in_range("q", product + " (its rows of D bytes on a CUDA device)", rows, 0,
-                            checks::kMaxColumns);
+    checks::expect_in_range("q", "its rows of D bytes on a CUDA device (all dims but the last)",
+                            rows, 0, checks::kMaxColumns);
   }
   return dim;
 }
@@ -276,13 +273,11 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   placement.expect_memory({k_end, "k_end"});
   expect_memory(placement, options.schedule_meta, "schedule_meta");
   expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
-  const TensorView none = checks::no_tensor();
   checks::expect_disjoint({logits, "logits"},
-                          {{q.values, "q"}, {q.scales ? *q.scales : none, "q_scales"},
+                          {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"},
                            {kv.values, "kv"}, {*kv.scales, "kv_scales"}, {weights, "weights"},
                            {k_start, "k_start"}, {k_end, "k_end"},
-                           {options.schedule_meta ? *options.schedule_meta : none,
-                            "schedule_meta"}});
+                           {checks::view_or_empty(options.schedule_meta), "schedule_meta"}});
 
   PrefillProblem problem;
   problem.format = format;
@@ -346,13 +341,12 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   placement.expect_memory({schedule_meta, "schedule_meta"});
   expect_memory(placement, options.indices, "indices");
   expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
-  const TensorView none = checks::no_tensor();
   checks::expect_disjoint({logits, "logits"},
-                          {{q.values, "q"}, {q.scales ? *q.scales : none, "q_scales"},
+                          {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"},
                            {kv_cache, "kv_cache"}, {weights, "weights"},
                            {context_lens, "context_lens"}, {block_table, "block_table"},
                            {schedule_meta, "schedule_meta"},
-                           {options.indices ? *options.indices : none, "indices"}});
+                           {checks::view_or_empty(options.indices), "indices"}});
 
   PagedProblem problem;
   problem.format = format;

@@ -58,8 +58,10 @@ struct ByteSpan {
   std::int64_t last;
 };
 std::optional<ByteSpan> byte_span(const TensorView& view);
-// An absent optional input for expect_disjoint: no elements, no memory.
-inline TensorView no_tensor() { return TensorView::contiguous(nullptr, DType::kInt32, {0}); }
+// An optional input for expect_disjoint: its view, or, absent, a view of no elements (no memory).
+inline TensorView view_or_empty(const std::optional<TensorView>& view) {
+  return view ? *view : TensorView::contiguous(nullptr, DType::kInt32, {0});
+}
 // No byte of `output` lies in the memory of any of `inputs` (a kernel would read what it writes).
 void expect_disjoint(Arg output, std::initializer_list<Arg> inputs);
 

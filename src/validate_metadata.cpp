@@ -108,9 +108,8 @@ PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int
   placement.expect_memory(lens);
   placement.expect_memory({out, "out"});
   if (indices) placement.expect_memory({*indices, "indices"});
-  const TensorView none = checks::no_tensor();
-  checks::expect_disjoint({out, "out"},
-                          {{context_lens, "context_lens"}, {indices ? *indices : none, "indices"}});
+  checks::expect_disjoint({out, "out"}, {{context_lens, "context_lens"},
+                                         {checks::view_or_empty(indices), "indices"}});
 
   PagedMetadataRequest request;
   request.device = placement.device();
