@@ -74,11 +74,12 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
 
   void poison() { check_cuda(cudaMemset(data_, kPoisonByte, bytes_), "cudaMemset"); }
+  // Whether `b` is poison()'s byte.
+  static bool poisoned(std::byte b) { return b == std::byte{kPoisonByte}; }
   // Whether every byte still holds poison()'s value: nothing was written since.
   bool untouched() const {
     const auto host = download();
-    return std::all_of(host.begin(), host.end(),
-                       [](std::byte b) { return b == std::byte{kPoisonByte}; });
+    return std::all_of(host.begin(), host.end(), poisoned);
   }
 
   std::vector<std::byte> download() const {
@@ -105,9 +106,8 @@ class GuardedOutput {
   // Whether both guards still hold only poison.
   bool guards_untouched() const {
     const auto host = buffer_.download();
-    const auto poisoned = [](std::byte b) { return b == std::byte{DeviceBuffer::kPoisonByte}; };
-    return std::all_of(host.begin(), host.begin() + kGuardBytes, poisoned) &&
-           std::all_of(host.end() - kGuardBytes, host.end(), poisoned);
+    return std::all_of(host.begin(), host.begin() + kGuardBytes, DeviceBuffer::poisoned) &&
+           std::all_of(host.end() - kGuardBytes, host.end(), DeviceBuffer::poisoned);
   }
 
  private:
@@ -132,8 +132,9 @@ inline std::vector<std::int32_t> garbage_metadata(int workers, std::int32_t unit
 }
 
 // A device copy of `values` (no allocation when empty).
-inline DeviceBuffer upload_ints(const std::vector<std::int32_t>& values) {
-  DeviceBuffer buffer(values.size() * sizeof(std::int32_t));
+template <typename T>
+DeviceBuffer upload_values(const std::vector<T>& values) {
+  DeviceBuffer buffer(values.size() * sizeof(T));
   if (!values.empty()) {
     check_cuda(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice),
                "cudaMemcpy H2D");
@@ -252,9 +253,7 @@ void expect_padding_untouched(const Workload& workload, const std::vector<std::b
   for (std::int64_t row = 0; row < layout.rows; ++row) {
     for (std::int64_t col = writable; col < layout.row_stride; ++col) {
       const std::byte* e = gpu.data() + (row * layout.row_stride + col) * element;
-      const bool written = std::any_of(e, e + element, [](std::byte b) {
-        return b != std::byte{DeviceBuffer::kPoisonByte};
-      });
+      const bool written = !std::all_of(e, e + element, DeviceBuffer::poisoned);
       if (written && touched++ < 6) {
         first += " [" + std::to_string(row) + ", " + std::to_string(col) + "] = " +
                  std::to_string(support::read_logit(gpu.data(), workload.spec.logits_dtype,

@@ -20,19 +20,9 @@ namespace {
 
 using gpu_test::DeviceBuffer;
 using gpu_test::kGpu;
+using gpu_test::upload_values;
 using test::expect_refused;
 using test::PrefillInputs;
-
-DeviceBuffer upload(const void* host, std::size_t bytes) {
-  DeviceBuffer buffer(bytes);
-  check_cuda(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-  return buffer;
-}
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& host) {
-  return upload(host.data(), host.size() * sizeof(T));
-}
 
 // Points `view` at `buffer` on the GPU.
 void place(TensorView& view, const DeviceBuffer& buffer) {
@@ -40,13 +30,18 @@ void place(TensorView& view, const DeviceBuffer& buffer) {
   view.device = kGpu;
 }
 
+// Whether `logits` (uploaded from the inputs' poisoned host output) holds only test::kPoison.
+bool still_poisoned(const DeviceBuffer& logits) {
+  const auto bytes = logits.download();
+  return std::all_of(bytes.begin(), bytes.end(),
+                     [](std::byte b) { return b == std::byte{test::kPoison}; });
+}
+
 // The call was refused naming `argument`; nothing reached `logits` or the CUDA error state.
 template <typename Call>
 void expect_refused_untouched(Call&& call, const std::string& argument, const DeviceBuffer& logits) {
   expect_refused(std::forward<Call>(call), argument);
-  const auto after = logits.download();
-  EXPECT_TRUE(std::all_of(after.begin(), after.end(),
-                          [](std::byte b) { return b == std::byte{test::kPoison}; }));
+  EXPECT_TRUE(still_poisoned(logits));
   EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
@@ -57,13 +52,13 @@ class DevicePrefill : public gpu_test::GpuTest {
   void SetUp() override {
     gpu_test::GpuTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    q_ = upload(in_.q_data);
-    kv_ = upload(in_.kv_data);
-    kv_scales_ = upload(in_.kv_scale_data);
-    weights_ = upload(in_.weights_data);
-    start_ = upload(in_.start_data);
-    end_ = upload(in_.end_data);
-    logits_ = upload(in_.out.bytes);  // poisoned
+    q_ = upload_values(in_.q_data);
+    kv_ = upload_values(in_.kv_data);
+    kv_scales_ = upload_values(in_.kv_scale_data);
+    weights_ = upload_values(in_.weights_data);
+    start_ = upload_values(in_.start_data);
+    end_ = upload_values(in_.end_data);
+    logits_ = upload_values(in_.out.bytes);  // poisoned
     place(in_.q.values, q_);
     place(in_.kv.values, kv_);
     place(*in_.kv.scales, kv_scales_);
@@ -152,15 +147,12 @@ TEST_F(DevicePrefill, CheckingModeIsRefusedWhileCapturing) {
   in_.call();
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  const auto poisoned = [](std::byte b) { return b == std::byte{test::kPoison}; };
-  const auto captured = logits_.download();
-  EXPECT_TRUE(std::all_of(captured.begin(), captured.end(), poisoned)) << "written while capturing";
+  EXPECT_TRUE(still_poisoned(logits_)) << "written while capturing";
   cudaGraphExec_t exec = nullptr;
   check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  const auto after = logits_.download();
-  EXPECT_FALSE(std::all_of(after.begin(), after.end(), poisoned)) << "the replay wrote nothing";
+  EXPECT_FALSE(still_poisoned(logits_)) << "the replay wrote nothing";
   check_cuda(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
   check_cuda(cudaGraphDestroy(graph), "cudaGraphDestroy");
   check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
@@ -189,9 +181,9 @@ TEST_F(DevicePrefill, BackendPointerChecks) {
 struct DevicePaged {
   DeviceBuffer q, cache, weights, lens, meta, logits;
   explicit DevicePaged(test::PagedInputs& paged)
-      : q(upload(paged.q_data)), cache(upload(paged.cache_data)),
-        weights(upload(paged.weights_data)), lens(upload(paged.lens_data)),
-        meta(upload(paged.meta_data)), logits(upload(paged.out.bytes)) {
+      : q(upload_values(paged.q_data)), cache(upload_values(paged.cache_data)),
+        weights(upload_values(paged.weights_data)), lens(upload_values(paged.lens_data)),
+        meta(upload_values(paged.meta_data)), logits(upload_values(paged.out.bytes)) {
     place(paged.q.values, q);
     place(paged.kv_cache, cache);
     place(paged.weights, weights);

@@ -90,7 +90,7 @@ class PagedCase {
         workers_(variation.workers > 0 ? variation.workers : get_num_sms()),
         table_(make_table(workload_, variation)),
         device_(gpu_test::upload(workload_.buffers)),
-        device_table_(gpu_test::upload_ints(table_.entries)),
+        device_table_(gpu_test::upload_values(table_.entries)),
         device_meta_(static_cast<std::size_t>(schedule_meta_rows(workers_)) * 2 *
                      sizeof(std::int32_t)),
         out_(workload_.logits_bytes()) {}
@@ -149,7 +149,7 @@ class PagedCase {
   // output is unspecified, but the call completes and writes nothing outside the logits.
   void expect_stays_inside_with(const std::vector<std::int32_t>& meta) {
     gpu_test::GuardedOutput out(workload_.logits_bytes());
-    const DeviceBuffer device_meta = gpu_test::upload_ints(meta);
+    const DeviceBuffer device_meta = gpu_test::upload_values(meta);
     auto in = workload_.inputs(device_.pointers, kGpu);
     in.block_table = table_view(device_table_.data(), workload_, table_, kGpu);
     paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,

@@ -425,7 +425,7 @@ void expect_foreign_metadata_stays_inside(const PrefillSpec& spec) {
   for (std::size_t k = 0; k < foreign.size(); ++k) {
     SCOPED_TRACE("foreign metadata " + std::to_string(k));
     gpu_test::GuardedOutput out(workload.logits_bytes());
-    const DeviceBuffer meta = gpu_test::upload_ints(foreign[k]);
+    const DeviceBuffer meta = gpu_test::upload_values(foreign[k]);
     auto in = workload.inputs(device.pointers, kGpu);
     in.options.schedule_meta = TensorView::contiguous(
         meta.data(), DType::kInt32, {static_cast<std::int64_t>(foreign[k].size() / 2), 2}, kGpu);
