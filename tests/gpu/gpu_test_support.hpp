@@ -82,9 +82,15 @@ class DeviceBuffer {
     return std::all_of(host.begin(), host.end(), poisoned);
   }
 
-  std::vector<std::byte> download() const {
-    std::vector<std::byte> host(bytes_);
-    if (bytes_ > 0) check_cuda(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  std::vector<std::byte> download() const { return download(0, bytes_); }
+  // Bytes [offset, offset + count) only (outputs too large to copy whole).
+  std::vector<std::byte> download(std::size_t offset, std::size_t count) const {
+    std::vector<std::byte> host(count);
+    if (count > 0) {
+      check_cuda(cudaMemcpy(host.data(), static_cast<const std::byte*>(data_) + offset, count,
+                            cudaMemcpyDeviceToHost),
+                 "cudaMemcpy D2H");
+    }
     return host;
   }
 

@@ -121,13 +121,8 @@ class PagedCase {
   // The first `cols` logits of row `row` of the output gpu_logits / run_gpu wrote.
   std::vector<std::byte> gpu_row(std::int64_t row, std::int64_t cols) const {
     const std::size_t element = dtype_size(workload_.spec.logits_dtype);
-    std::vector<std::byte> host(static_cast<std::size_t>(cols) * element);
-    check_cuda(cudaMemcpy(host.data(),
-                          static_cast<const std::byte*>(out_.data()) +
-                              row * workload_.layout.row_stride * static_cast<std::int64_t>(element),
-                          host.size(), cudaMemcpyDeviceToHost),
-               "cudaMemcpy row");
-    return host;
+    return out_.download(static_cast<std::size_t>(row * workload_.layout.row_stride) * element,
+                         static_cast<std::size_t>(cols) * element);
   }
 
   // gpu_logits, the output left on the device.

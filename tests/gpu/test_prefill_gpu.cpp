@@ -505,12 +505,8 @@ void expect_rows_as_alone(const PrefillWorkload& workload, const gpu_test::Devic
     // The window's columns: [start, end) of a full row, [0, end - start) of a compressed one.
     const std::int64_t lo = workload.spec.max_seqlen_k > 0 ? 0 : start;
     const std::int64_t hi = std::min(lo + end - start, workload.layout.cols);
-    std::vector<std::byte> got(static_cast<std::size_t>(hi - lo) * element);
-    check_cuda(cudaMemcpy(got.data(),
-                          static_cast<const std::byte*>(wide.data()) +
-                              (row * stride + lo) * static_cast<std::int64_t>(element),
-                          got.size(), cudaMemcpyDeviceToHost),
-               "cudaMemcpy row");
+    const auto got = wide.download(static_cast<std::size_t>(row * stride + lo) * element,
+                                   static_cast<std::size_t>(hi - lo) * element);
     EXPECT_EQ(std::memcmp(got.data(), expected.data() + (i * alone.row_stride + lo) * element,
                           got.size()),
               0)
