@@ -11,9 +11,9 @@
 // Decode: a group is one sequence (its next_n rows), or one row in the varlen form. Group g's
 // length is the largest context length of its rows; its work items are its kPagedTileTokens-key
 // tiles, at least one per group. The split cuts the item list only between parts of 4 tiles of a
-// group, or between single tiles where those fit the workers one each (paged_split_choice, made
-// per call from the lengths), so that a small call's keys spread over more SMs and no worker of
-// it holds two groups.
+// group, or of 2 or 1 where those fit the workers one each (paged_split_choice, made per call
+// from the lengths), so that a small call's keys spread over more SMs and no worker of it holds
+// two groups.
 //
 // Metadata, int32 [W + 1, 2] for W workers: row k = (group, or position of a block in the order
 // of prefill_block_at, item within it) of the first item of worker k; row W = (number of groups
@@ -125,28 +125,50 @@ MQA_HOST_DEVICE constexpr std::int64_t paged_group_items(std::int64_t len) {
   return len > 0 ? ceil_div(len, kPagedTileTokens) : 1;
 }
 
-// The decode split's parts: choice 0 cuts a group's tiles into parts of 4, choice 1 into single
-// tiles; a group of `tiles` tiles holds paged_split_parts(tiles, c) parts. Choice 0 is always
-// counted (the fingerprint digests its parts), choice 1 only where choice 0's parts fit the
-// workers.
-inline constexpr int kPagedSplitChoices = 2;
+// The decode split's parts: choice c cuts a group's tiles into parts of 4, 2 or 1 tiles (c = 0,
+// 1, 2); a group of `tiles` tiles holds paged_split_parts(tiles, c) parts. Choice 0 is always
+// counted (the fingerprint digests its parts); the finer ones only where choice 0's parts fit
+// the workers (paged_split_counts_finer), and then both in one scan (paged_split_pack).
+inline constexpr int kPagedSplitChoices = 3;
 // log2 of a part's tiles: the metadata kernel's walk divides by shifts, not by a 64-bit division
 // routine.
-MQA_HOST_DEVICE constexpr int paged_split_shift(int choice) { return choice == 0 ? 2 : 0; }
+MQA_HOST_DEVICE constexpr int paged_split_shift(int choice) { return 2 - choice; }
 MQA_HOST_DEVICE constexpr std::int64_t paged_split_parts(std::int64_t tiles, int choice) {
   return (tiles + (1 << paged_split_shift(choice)) - 1) >> paged_split_shift(choice);
 }
 
+// Whether a call whose groups hold `coarse` parts of 4 tiles counts the finer parts: where those
+// fit the workers, and are few enough that the finer counts, at most 2 and 4 times as many, fit
+// 32 bits each (the bound holds for any real worker count).
+inline constexpr std::int64_t kPagedFinerCountLimit = std::int64_t{1} << 29;
+MQA_HOST_DEVICE constexpr bool paged_split_counts_finer(std::int64_t coarse, int workers) {
+  return coarse <= workers && coarse <= kPagedFinerCountLimit;
+}
+
+// The finer counts of a run of groups (or of all of them) as one scannable value: parts of 1
+// tile in the low 32 bits, parts of 2 in the high; sums of such values stay exact where
+// paged_split_counts_finer holds for the total. paged_split_unpack fills parts[1] and parts[2].
+MQA_HOST_DEVICE constexpr std::int64_t paged_split_pack(
+    const std::int64_t (&parts)[kPagedSplitChoices]) {
+  return parts[2] | (parts[1] << 32);
+}
+MQA_HOST_DEVICE constexpr void paged_split_unpack(std::int64_t packed,
+                                                  std::int64_t (&parts)[kPagedSplitChoices]) {
+  parts[1] = packed >> 32;
+  parts[2] = packed & 0xffffffff;
+}
+
 // The choice for a call whose groups hold parts[c] parts in all under choice c, over `workers`:
-// single tiles where the call's tiles fit the workers one each (its keys over more SMs, no worker
-// holding two groups), else parts of 4. parts[1] is read only where parts[0] <= workers. Cutting
-// finer where the tiles do not fit (the busiest worker's tiles fewer, but workers holding two
-// groups) measured B = 8 slower, and counting a third part length cost the metadata kernel ~0.3
-// us a scan: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call", "Parts of 4
-// tiles unless single tiles fit the workers".
+// where the finer parts are counted, the finest that fit the workers one each (the call's keys
+// over more SMs, no worker holding two groups); else parts of 4. parts[1] and parts[2] are read
+// only where they are counted. Cutting finer where nothing finer fits (the busiest worker's tiles
+// fewer, but workers holding two groups) measured B = 8 slower, and a scan of each count cost the
+// metadata kernel ~0.3 us: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call",
+// "Parts of 4 tiles unless single tiles fit the workers".
 MQA_HOST_DEVICE constexpr int paged_split_choice(const std::int64_t (&parts)[kPagedSplitChoices],
                                                  int workers) {
-  return parts[0] <= workers && parts[1] <= workers ? 1 : 0;
+  if (!paged_split_counts_finer(parts[0], workers)) return 0;
+  return parts[2] <= workers ? 2 : parts[1] <= workers ? 1 : 0;
 }
 
 // Row W's second column: a digest of the units and items the metadata splits, in [1, 2^31).

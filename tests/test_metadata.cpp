@@ -66,8 +66,8 @@ std::int64_t sum(const std::vector<std::int64_t>& values) {
 }
 
 // Decode: one group per sequence (its longest row), one item per 64-key tile, at least one
-// each; the split is of parts of 4 of a group's tiles, or of single tiles where the tiles fit the
-// workers one each.
+// each; the split is of parts of 4 of a group's tiles, unless those fit the workers one each, and
+// then of the finest parts (1 or 2 tiles) that still do.
 struct PagedSplit {
   std::vector<std::int64_t> parts;  // per group
   std::int64_t part_tiles = 4;
@@ -91,7 +91,14 @@ PagedSplit paged_split(const std::vector<std::int32_t>& lens, std::int64_t batch
   };
   PagedSplit split;
   split.coarse_parts = sum(parts_of(4));
-  if (sum(tiles) <= workers) split.part_tiles = 1;
+  if (split.coarse_parts <= workers) {
+    for (const std::int64_t part_tiles : {1, 2}) {
+      if (sum(parts_of(part_tiles)) <= workers) {
+        split.part_tiles = part_tiles;
+        break;
+      }
+    }
+  }
   split.parts = parts_of(split.part_tiles);
   return split;
 }
@@ -318,8 +325,8 @@ TEST(PagedMetadata, PublicApiVarlenFormGroupsEveryRow) {
 }
 
 // The part length the split takes, read from worker rows that tell the choices apart (132
-// workers): one sequence of 4096 keys (64 tiles: one a worker), one of 12800 (200 tiles: 50
-// parts of 4), eight of 4096 (128 parts of 4, one a worker), one of 40000 (157 parts of 4, two
+// workers): one sequence of 4096 keys (64 tiles: one a worker), one of 12800 (200 tiles, 100
+// parts of 2), eight of 4096 (128 parts of 4, one a worker), one of 40000 (157 parts of 4, two
 // for workers 0-24) and 32 of 4096 (512 parts of 4, 3 or 4 a worker).
 TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   using Row = std::pair<std::int32_t, std::int32_t>;  // (sequence, first tile)
@@ -334,8 +341,8 @@ TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   };
   // 64 tiles fit the workers one tile each; worker 64 has nothing.
   EXPECT_EQ(rows({4096}, {1, 3, 64}), (std::vector<Row>{{0, 1}, {0, 3}, {1, 0}}));
-  // 200 tiles do not: 50 parts of 4, worker 50 has nothing.
-  EXPECT_EQ(rows({12800}, {1, 49, 50}), (std::vector<Row>{{0, 4}, {0, 196}, {1, 0}}));
+  // 200 tiles do not, their 100 parts of 2 do; worker 100 has nothing.
+  EXPECT_EQ(rows({12800}, {1, 99, 100}), (std::vector<Row>{{0, 2}, {0, 198}, {1, 0}}));
   // 512 tiles: 128 parts of 4 fit, workers 128-131 have nothing (parts of 1 would start
   // worker 128 at tile 500: sequence 7, tile 52).
   EXPECT_EQ(rows(std::vector<std::int32_t>(8, 4096), {1, 127, 128}),
@@ -345,6 +352,37 @@ TEST(PagedMetadata, PartLengthFitsTheWorkers) {
   // 512 parts of 4: worker 131 starts at part 509, tile 2036 (parts of 1: tile 2033).
   EXPECT_EQ(rows(std::vector<std::int32_t>(32, 4096), {1, 131}),
             (std::vector<Row>{{0, 16}, {31, 52}}));
+}
+
+// The finer counts share one scan (schedule::paged_split_pack): sums of packed runs unpack to the
+// sums of their counts wherever the parts of 4 are few enough to count them, up to the bound.
+TEST(PagedMetadata, FinerCountsPackIntoOneScan) {
+  std::mt19937 gen(404);
+  for (int trial = 0; trial < 200; ++trial) {
+    // Runs of groups whose parts of 4 add up to at most the bound, the last trials at it.
+    const std::int64_t budget =
+        trial < 190 ? std::uniform_int_distribution<std::int64_t>(1, 100000)(gen)
+                    : schedule::kPagedFinerCountLimit;
+    std::int64_t packed_sum = 0, sums[schedule::kPagedSplitChoices] = {};
+    for (std::int64_t coarse_left = budget; coarse_left > 0;) {
+      const std::int64_t coarse = std::uniform_int_distribution<std::int64_t>(
+          1, std::min<std::int64_t>(coarse_left, 1 << 20))(gen);
+      const std::int64_t tiles = 4 * coarse - std::uniform_int_distribution<int>(0, 3)(gen);
+      std::int64_t run[schedule::kPagedSplitChoices];
+      for (int c = 0; c < schedule::kPagedSplitChoices; ++c) {
+        run[c] = schedule::paged_split_parts(tiles, c);
+        sums[c] += run[c];
+      }
+      packed_sum += schedule::paged_split_pack(run);
+      coarse_left -= run[0];
+    }
+    ASSERT_TRUE(schedule::paged_split_counts_finer(sums[0], INT_MAX));
+    std::int64_t unpacked[schedule::kPagedSplitChoices] = {};
+    schedule::paged_split_unpack(packed_sum, unpacked);
+    EXPECT_EQ(unpacked[1], sums[1]) << "trial " << trial;
+    EXPECT_EQ(unpacked[2], sums[2]) << "trial " << trial;
+  }
+  EXPECT_FALSE(schedule::paged_split_counts_finer(schedule::kPagedFinerCountLimit + 1, INT_MAX));
 }
 
 class PrefillMetadataApi : public testing::Test {

@@ -50,7 +50,6 @@ struct PrefillUnits {
   // The split is of the items themselves (one choice).
   static constexpr int kSplitChoices = 1;
   __device__ static std::int64_t parts(std::int64_t items, int) { return items; }
-  __device__ static int choose(const std::int64_t (&)[kSplitChoices], int) { return 0; }
   __device__ static int part_shift(int) { return 0; }
 
   // schedule::prefill_block_window of the block from row `first`. A whole block's bounds are
@@ -131,10 +130,19 @@ struct PagedUnits {
   __device__ std::int64_t items(std::int64_t unit) const {
     return schedule::paged_group_items(length(unit));
   }
-  // The split is of parts of 4 tiles or of single tiles, chosen from the totals of each.
+  // The split is of parts of 4, 2 or 1 tiles, chosen from the totals of each.
   static constexpr int kSplitChoices = schedule::kPagedSplitChoices;
   __device__ static std::int64_t parts(std::int64_t tiles, int choice) {
     return schedule::paged_split_parts(tiles, choice);
+  }
+  __device__ static bool counts_finer(std::int64_t coarse, int workers) {
+    return schedule::paged_split_counts_finer(coarse, workers);
+  }
+  __device__ static std::int64_t pack(const std::int64_t (&parts)[kSplitChoices]) {
+    return schedule::paged_split_pack(parts);
+  }
+  __device__ static void unpack(std::int64_t packed, std::int64_t (&parts)[kSplitChoices]) {
+    schedule::paged_split_unpack(packed, parts);
   }
   __device__ static int choose(const std::int64_t (&parts)[kSplitChoices], int workers) {
     return schedule::paged_split_choice(parts, workers);
@@ -188,22 +196,21 @@ __device__ void schedule_rows(const Units& units, int workers, int first_row, in
   }
   // The split's parts: each run's first and their total, under the choice the totals make. The
   // coarsest parts are always scanned (the fingerprint digests them); the finer ones only where
-  // those fit the workers one each (schedule::paged_split_choice reads their totals only there),
-  // a branch every thread takes alike: a small call pays the extra scan. Arrays indexed by
-  // constants only, so that they stay in registers.
+  // Units counts them (a branch every thread takes alike: a small call pays one more scan), and
+  // then all in one value. Arrays indexed by constants only, so that they stay in registers.
   using Scan = cub::BlockScan<std::int64_t, kThreads>;
   std::int64_t first_item = 0, total = 0;
   Scan(scratch.scan).ExclusiveSum(mine[0], first_item, total);
   const std::int64_t fingerprint_items = total;
   int choice = 0;
   if constexpr (kChoices > 1) {
-    if (total <= workers) {
+    if (Units::counts_finer(total, workers)) {
+      __syncthreads();  // the scan's storage, reused
+      std::int64_t first_finer = 0, total_finer = 0;
+      Scan(scratch.scan).ExclusiveSum(Units::pack(mine), first_finer, total_finer);
       std::int64_t firsts[kChoices] = {first_item}, totals[kChoices] = {total};
-#pragma unroll
-      for (int c = 1; c < kChoices; ++c) {
-        __syncthreads();  // the scan's storage, reused
-        Scan(scratch.scan).ExclusiveSum(mine[c], firsts[c], totals[c]);
-      }
+      Units::unpack(first_finer, firsts);
+      Units::unpack(total_finer, totals);
       choice = Units::choose(totals, workers);
 #pragma unroll
       for (int c = 1; c < kChoices; ++c) {

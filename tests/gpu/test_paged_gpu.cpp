@@ -543,8 +543,8 @@ TEST_F(PagedGpu, DeviceMetadataEqualsHostMetadata) {
   std::mt19937 gen(36);
   // Every third trial takes 2-D lengths; over 72 trials those meet every next_n (1-8) at every
   // placement below. Every fourth has few, short sequences, whose parts of 4 tiles fit the
-  // workers, so that the device scans and takes single tiles too (in 14 trials); the others
-  // mostly split parts of 4.
+  // workers, so that the device scans and takes the finer parts too (single tiles in 14 trials,
+  // parts of 2 in 2); the others mostly split parts of 4.
   for (int trial = 0; trial < 72; ++trial) {
     const bool short_lens = trial % 4 == 1;
     const std::int64_t batch = std::uniform_int_distribution<std::int64_t>(
