@@ -115,6 +115,7 @@ std::vector<Record> run_prefill_bench(const BenchContext& context);
 std::vector<Record> run_prefill_patterns_bench(const BenchContext& context);
 std::vector<Record> run_paged_bench(const BenchContext& context);
 std::vector<Record> run_paged_grid_bench(const BenchContext& context);
+std::vector<Record> run_topk_bench(const BenchContext& context);
 std::vector<Record> run_host_cost_bench(const BenchContext& context);
 
 // One decode row over a workload whose inputs are on the device at `device_inputs` (slot order,

@@ -1,10 +1,12 @@
 // mqa-logits-bench: GPU benchmark of both operations against ceilings measured in the same run.
 //
-//   mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] [--quick]
+//   mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|topk|all] [--quick]
 //                    [--json FILE] [--batch B,B,...] [--next-n N,N,...]
 //
 // prefill: causal shapes; patterns: the prefill window patterns engines send; decode: paged
-// shapes; host-cost: the host's time per call of the C++ API; all (default): the four.
+// shapes; host-cost: the host's time per call of the C++ API; topk: the top-k operations (k 2048)
+// beside the logits alone and the logits followed by topk_per_row (not part of all, as the grid);
+// all (default): prefill, patterns, decode and host-cost.
 // decode-grid: the decode range engines send as a grid (B 1..512 x context 1K..128K x next_n
 // 1..8 x block_kv 32, 64; --quick: a subset); not part of all, whose time budget is fixed.
 // --batch: the grid's batch sizes replaced by these (to split the grid over several runs).
@@ -26,7 +28,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|all] "
+               "usage: mqa-logits-bench [prefill|patterns|decode|host-cost|decode-grid|topk|all] "
                "[--quick] [--json FILE] [--batch B,B,...] [--next-n N,N,...]\n");
   return 2;
 }
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "prefill" || arg == "patterns" || arg == "decode" || arg == "host-cost" ||
-        arg == "decode-grid" || arg == "all") {
+        arg == "decode-grid" || arg == "topk" || arg == "all") {
       suite = arg;
     } else if (arg == "--quick") {
       context.quick = true;
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
     run_suite("decode", run_paged_bench);
     run_suite("host-cost", run_host_cost_bench);
     run_suite("decode-grid", run_paged_grid_bench, false);
+    run_suite("topk", run_topk_bench, false);
     // Every row ran and was verified, but the cells the grid skips (not run on this GPU).
     bool all_verified = true;
     for (const auto& r : records) {

@@ -99,6 +99,25 @@ void launch_paged(const PagedProblem& problem, const std::optional<bool>& check_
   }
 }
 
+void launch_topk(const TopkProblem& problem, cudaStream_t stream) {
+  if (problem.rows == 0) return;
+  if (on_cuda(problem.device)) {
+    cuda_backend::run_topk(problem, stream);
+  } else {
+    cpu::run_topk(problem, cpu_workers());
+  }
+}
+
+// The logits of the fused operations live in the workspace: fp32, or bf16 with bf16 weights
+// (the dtype mqa_logits and paged_mqa_logits return for those weights).
+DType workspace_logits_dtype(const TensorView& weights) {
+  return weights.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+}
+
+std::int64_t fp32_layout_bytes(const OutputLayout& layout) {
+  return layout.rows * layout.row_stride * static_cast<std::int64_t>(sizeof(float));
+}
+
 }  // namespace
 
 OutputLayout mqa_logits_output_layout(std::int64_t seq_len, std::int64_t seq_len_kv,
@@ -132,6 +151,122 @@ void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
   launch_paged(validate_paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                               max_context_len, logits, options),
                options.check_inputs, options.stream);
+}
+
+void topk_per_row(const TensorView& logits, const std::optional<TensorView>& starts,
+                  const TensorView& ends, std::int64_t topk, const TensorView& topk_indices,
+                  const TopkPerRowOptions& options) {
+  launch_topk(validate_topk_per_row(logits, starts, ends, topk, topk_indices, options),
+              options.stream);
+}
+
+std::int64_t mqa_topk_workspace_bytes(std::int64_t seq_len, std::int64_t seq_len_kv,
+                                      std::int64_t topk) {
+  topk_checks::expect_topk(topk);
+  return fp32_layout_bytes(mqa_logits_output_layout(seq_len, seq_len_kv, 0, DType::kFloat32));
+}
+
+void mqa_topk(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
+              const TensorView& k_start, const TensorView& k_end, std::int64_t topk,
+              const TensorView& topk_indices, const TensorView& workspace,
+              const MqaTopkOptions& options) {
+  topk_checks::expect_workspace_form(workspace);
+  MqaLogitsOptions logits_options;
+  logits_options.clean_logits = false;  // selection reads the windows only
+  logits_options.schedule_meta = options.schedule_meta;
+  logits_options.check_inputs = options.check_inputs;
+  logits_options.stream = options.stream;
+  const TensorView logits = topk_checks::workspace_logits(
+      workspace, workspace_logits_dtype(weights), q.values.shape[0], kv.values.shape[0]);
+  const PrefillProblem problem = validate_prefill(q, kv, weights, k_start, k_end, logits,
+                                                  logits_options, "workspace");
+  topk_checks::expect_topk(topk);
+  topk_checks::expect_workspace_bytes(
+      workspace, mqa_topk_workspace_bytes(problem.seq_len, problem.seq_len_kv, topk));
+  topk_checks::expect_selection_outputs(
+      checks::Placement({q.values, "q"}), problem.seq_len, topk, topk_indices, options.values,
+      {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"}, {kv.values, "kv"},
+       {*kv.scales, "kv_scales"}, {weights, "weights"}, {k_start, "k_start"},
+       {k_end, "k_end"}, {workspace, "workspace"},
+       {checks::view_or_empty(options.schedule_meta), "schedule_meta"}});
+
+  TopkProblem selection;
+  selection.device = problem.device;
+  selection.rows = problem.seq_len;
+  selection.cols = problem.out_cols;
+  selection.logits = problem.logits;
+  selection.logits_dtype = problem.logits_dtype;
+  selection.logits_row_stride = problem.logits_row_stride;
+  selection.starts = problem.k_start;
+  selection.ends = problem.k_end;
+  selection.key_limit = problem.seq_len_kv;
+  selection.absolute_indices = options.absolute_indices;
+  selection.topk = topk;
+  selection.indices = static_cast<std::int32_t*>(topk_indices.data);
+  selection.values = options.values ? static_cast<float*>(options.values->data) : nullptr;
+  launch_prefill(problem, options.check_inputs, options.stream);
+  launch_topk(selection, options.stream);
+}
+
+std::int64_t paged_mqa_topk_workspace_bytes(std::int64_t num_rows, std::int64_t max_context_len,
+                                            std::int64_t topk) {
+  topk_checks::expect_topk(topk);
+  return fp32_layout_bytes(
+      paged_mqa_logits_output_layout(num_rows, max_context_len, DType::kFloat32));
+}
+
+void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
+                    const TensorView& weights, const TensorView& context_lens,
+                    const TensorView& block_table, const TensorView& schedule_meta,
+                    std::int64_t max_context_len, std::int64_t topk,
+                    const TensorView& topk_indices, const TensorView& workspace,
+                    const PagedMqaTopkOptions& options) {
+  topk_checks::expect_workspace_form(workspace);
+  PagedMqaLogitsOptions logits_options;
+  logits_options.clean_logits = false;
+  logits_options.indices = options.indices;
+  logits_options.check_inputs = options.check_inputs;
+  logits_options.stream = options.stream;
+  std::int64_t rows = 0;  // B * N as q gives them; validate_paged checks q's shape
+  if (__builtin_mul_overflow(q.values.shape[0], q.values.shape[1], &rows)) rows = 0;
+  const TensorView logits = topk_checks::workspace_logits(
+      workspace, workspace_logits_dtype(weights), rows, max_context_len);
+  const PagedProblem problem =
+      validate_paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                     max_context_len, logits, logits_options, "workspace");
+  rows = problem.batch * problem.next_n;
+  topk_checks::expect_topk(topk);
+  topk_checks::expect_workspace_bytes(
+      workspace, paged_mqa_topk_workspace_bytes(rows, max_context_len, topk));
+  topk_checks::expect_selection_outputs(
+      checks::Placement({q.values, "q"}), rows, topk, topk_indices, options.values,
+      {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"}, {kv_cache, "kv_cache"},
+       {weights, "weights"}, {context_lens, "context_lens"}, {block_table, "block_table"},
+       {schedule_meta, "schedule_meta"}, {workspace, "workspace"},
+       {checks::view_or_empty(options.indices), "indices"}});
+
+  TopkProblem selection;
+  selection.device = problem.device;
+  selection.rows = rows;
+  selection.cols = problem.max_context_len;
+  selection.logits = problem.logits;
+  selection.logits_dtype = problem.logits_dtype;
+  selection.logits_row_stride = problem.logits_row_stride;
+  selection.key_limit =
+      schedule::paged_key_cap(problem.max_context_len, problem.max_blocks, problem.block_kv);
+  selection.context_lens = problem.context_lens;
+  selection.lens_2d = problem.context_lens_2d;
+  selection.next_n = static_cast<int>(problem.next_n);
+  selection.block_table = problem.block_table;
+  selection.block_table_row_stride = problem.block_table_row_stride;
+  selection.block_kv = problem.block_kv;
+  selection.num_blocks = problem.num_blocks;
+  selection.cache_slots = options.cache_slots;
+  selection.topk = topk;
+  selection.indices = static_cast<std::int32_t*>(topk_indices.data);
+  selection.values = options.values ? static_cast<float*>(options.values->data) : nullptr;
+  launch_paged(problem, options.check_inputs, options.stream);
+  launch_topk(selection, options.stream);
 }
 
 std::int64_t schedule_meta_rows(int num_sms) {

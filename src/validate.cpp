@@ -125,7 +125,7 @@ void expect_keys(const QuantizedTensor& kv, Format format, std::int64_t stored_d
 
 Placement place_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
                         const TensorView& weights, const TensorView& k_start,
-                        const TensorView& k_end, const TensorView& logits,
+                        const TensorView& k_end, checks::Arg logits,
                         const MqaLogitsOptions& options) {
   Placement placement({q.values, "q"});
   expect_same_device(placement, q.scales, "q_scales");
@@ -134,7 +134,7 @@ Placement place_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
   placement.expect_same_device({weights, "weights"});
   placement.expect_same_device({k_start, "k_start"});
   placement.expect_same_device({k_end, "k_end"});
-  placement.expect_same_device({logits, "logits"});
+  placement.expect_same_device(logits);
   expect_same_device(placement, options.schedule_meta, "schedule_meta");
   return placement;
 }
@@ -215,7 +215,7 @@ void expect_indices(const std::optional<TensorView>& indices, std::int64_t batch
 Placement place_paged(const QuantizedTensor& q, const TensorView& kv_cache,
                       const TensorView& weights, const TensorView& context_lens,
                       const TensorView& block_table, const TensorView& schedule_meta,
-                      const TensorView& logits, const PagedMqaLogitsOptions& options) {
+                      checks::Arg logits, const PagedMqaLogitsOptions& options) {
   Placement placement({q.values, "q"});
   expect_same_device(placement, q.scales, "q_scales");
   placement.expect_same_device({kv_cache, "kv_cache"});
@@ -223,7 +223,7 @@ Placement place_paged(const QuantizedTensor& q, const TensorView& kv_cache,
   placement.expect_same_device({context_lens, "context_lens"});
   placement.expect_same_device({block_table, "block_table"});
   placement.expect_same_device({schedule_meta, "schedule_meta"});
-  placement.expect_same_device({logits, "logits"});
+  placement.expect_same_device(logits);
   expect_same_device(placement, options.indices, "indices");
   return placement;
 }
@@ -243,8 +243,9 @@ const T* typed(const std::optional<TensorView>& view) {
 PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
                                 const TensorView& weights, const TensorView& k_start,
                                 const TensorView& k_end, const TensorView& logits,
-                                const MqaLogitsOptions& options) {
-  const Placement placement = place_prefill(q, kv, weights, k_start, k_end, logits, options);
+                                const MqaLogitsOptions& options, const char* logits_name) {
+  const Arg out{logits, logits_name};
+  const Placement placement = place_prefill(q, kv, weights, k_start, k_end, out, options);
   const Format format = checks::infer_format(q);
   expect_backend_format(placement, format);
   const std::int64_t head_dim = expect_query(placement, q, format, 3, "[S, H, D]");
@@ -259,7 +260,7 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   checks::expect_in_range("max_seqlen_k", "max_seqlen_k", options.max_seqlen_k, 0, checks::kMaxColumns);
   const bool compressed = options.max_seqlen_k > 0;
   const std::int64_t out_cols = compressed ? options.max_seqlen_k : seq_len_kv;
-  expect_weights_and_logits({weights, "weights"}, {logits, "logits"}, seq_len, num_heads,
+  expect_weights_and_logits({weights, "weights"}, out, seq_len, num_heads,
                             out_cols, "[S, H]", compressed ? "[S, max_seqlen_k]" : "[S, T]");
   const int workers = options.schedule_meta
                           ? checks::expect_schedule_meta({*options.schedule_meta, "schedule_meta"})
@@ -272,8 +273,8 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
   placement.expect_memory({k_start, "k_start"});
   placement.expect_memory({k_end, "k_end"});
   expect_memory(placement, options.schedule_meta, "schedule_meta");
-  expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
-  checks::expect_disjoint({logits, "logits"},
+  expect_weights_and_logits_memory(placement, {weights, "weights"}, out);
+  checks::expect_disjoint(out,
                           {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"},
                            {kv.values, "kv"}, {*kv.scales, "kv_scales"}, {weights, "weights"},
                            {k_start, "k_start"}, {k_end, "k_end"},
@@ -310,9 +311,10 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
                             const TensorView& weights, const TensorView& context_lens,
                             const TensorView& block_table, const TensorView& schedule_meta,
                             std::int64_t max_context_len, const TensorView& logits,
-                            const PagedMqaLogitsOptions& options) {
+                            const PagedMqaLogitsOptions& options, const char* logits_name) {
+  const Arg out{logits, logits_name};
   const Placement placement = place_paged(q, kv_cache, weights, context_lens, block_table,
-                                          schedule_meta, logits, options);
+                                          schedule_meta, out, options);
   const Format format = checks::infer_format(q);
   expect_backend_format(placement, format);
   const std::int64_t head_dim = expect_query(placement, q, format, 4, "[B, N, H, D]");
@@ -328,7 +330,7 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   expect_block_table({block_table, "block_table"}, batch, options.indices.has_value());
   const int workers = checks::expect_schedule_meta({schedule_meta, "schedule_meta"});
   checks::expect_in_range("max_context_len", "max_context_len", max_context_len, 0, checks::kMaxColumns);
-  expect_weights_and_logits({weights, "weights"}, {logits, "logits"}, batch * next_n, num_heads,
+  expect_weights_and_logits({weights, "weights"}, out, batch * next_n, num_heads,
                             max_context_len, "[B * N, H]", "[B * N, max_context_len]");
   checks::expect_contiguous({weights, "weights"});
 
@@ -340,8 +342,8 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   placement.expect_memory({block_table, "block_table"});
   placement.expect_memory({schedule_meta, "schedule_meta"});
   expect_memory(placement, options.indices, "indices");
-  expect_weights_and_logits_memory(placement, {weights, "weights"}, {logits, "logits"});
-  checks::expect_disjoint({logits, "logits"},
+  expect_weights_and_logits_memory(placement, {weights, "weights"}, out);
+  checks::expect_disjoint(out,
                           {{q.values, "q"}, {checks::view_or_empty(q.scales), "q_scales"},
                            {kv_cache, "kv_cache"}, {weights, "weights"},
                            {context_lens, "context_lens"}, {block_table, "block_table"},

@@ -7,19 +7,23 @@
 
 #include "mqa_logits/mqa_logits.hpp"
 #include "problem.hpp"
+#include "topk.hpp"
+#include "validate_checks.hpp"
 
 namespace mqa_logits {
 
 PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
                                 const TensorView& weights, const TensorView& k_start,
                                 const TensorView& k_end, const TensorView& logits,
-                                const MqaLogitsOptions& options);
+                                const MqaLogitsOptions& options,
+                                const char* logits_name = "logits");
 
 PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache,
                             const TensorView& weights, const TensorView& context_lens,
                             const TensorView& block_table, const TensorView& schedule_meta,
                             std::int64_t max_context_len, const TensorView& logits,
-                            const PagedMqaLogitsOptions& options);
+                            const PagedMqaLogitsOptions& options,
+                            const char* logits_name = "logits");
 
 // Validated arguments of get_mqa_logits_metadata.
 struct PrefillMetadataRequest {
@@ -54,5 +58,31 @@ struct PagedMetadataRequest {
 PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int block_kv,
                                              int num_sms, const TensorView& out,
                                              const std::optional<TensorView>& indices);
+
+TopkProblem validate_topk_per_row(const TensorView& logits,
+                                  const std::optional<TensorView>& starts,
+                                  const TensorView& ends, std::int64_t topk,
+                                  const TensorView& topk_indices,
+                                  const TopkPerRowOptions& options);
+
+// Pieces of the fused top-k operations' validation, around validate_prefill / validate_paged of
+// their logits (written to the workspace).
+namespace topk_checks {
+void expect_topk(std::int64_t topk);
+// uint8 or int8 [bytes], contiguous.
+void expect_workspace_form(const TensorView& workspace);
+void expect_workspace_bytes(const TensorView& workspace, std::int64_t bytes);
+// The workspace as the logits of `rows` x `cols` (padded fp32 rows; bf16 logits use the first
+// half of each), for validate_prefill / validate_paged to check under the name "workspace".
+TensorView workspace_logits(const TensorView& workspace, DType dtype, std::int64_t rows,
+                            std::int64_t cols);
+// topk_indices [rows, topk] int32 and values [rows, topk] fp32, both contiguous, on the
+// placement's device, in memory apart from `inputs` and from each other.
+void expect_selection_outputs(const checks::Placement& placement, std::int64_t rows,
+                              std::int64_t topk,
+                              const TensorView& topk_indices,
+                              const std::optional<TensorView>& values,
+                              std::initializer_list<checks::Arg> inputs);
+}  // namespace topk_checks
 
 }  // namespace mqa_logits

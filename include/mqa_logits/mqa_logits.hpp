@@ -120,6 +120,84 @@ void paged_mqa_logits(const QuantizedTensor& q, const TensorView& kv_cache,
                       const PagedMqaLogitsOptions& options = {});
 
 // ---------------------------------------------------------------------------------------------
+// Top-k (docs/contract.md, "Top-k"): per row, the indices of the `topk` keys of largest logit,
+// ties to the lower key, keys whose logit is -inf (or NaN) never selected. A row selects its
+// keys in ascending key order, then -1 where its window holds fewer than `topk` selectable keys
+// (the values output holds -inf there). Any topk in [1, kMaxTopk].
+// ---------------------------------------------------------------------------------------------
+
+inline constexpr std::int64_t kMaxTopk = 2048;
+
+struct TopkPerRowOptions {
+  // Column c of row i holds key starts[i] + c (the compressed output of mqa_logits), instead of
+  // key c.
+  bool compressed = false;
+  // Indices are keys; by default they are key - starts[i] (the column of compressed output).
+  bool absolute_indices = false;
+  // [R, topk] fp32, contiguous: the selected logits, aligned with the indices.
+  std::optional<TensorView> values;
+  cudaStream_t stream = nullptr;
+};
+
+// Selection over logits the caller holds: any layout mqa_logits and paged_mqa_logits return.
+// logits:      [R, C] fp32 or bf16, last dim contiguous
+// starts:      [R] int32, or none (every row starts at key 0: decode rows)
+// ends:        [R] int32; row i selects among keys max(starts[i], 0) <= j < ends[i] that have a
+//              column (decode rows: ends = the row lengths, e.g. 2-D context_lens viewed as
+//              [B * N])
+// topk_indices: [R, topk] int32, contiguous
+void topk_per_row(const TensorView& logits, const std::optional<TensorView>& starts,
+                  const TensorView& ends, std::int64_t topk, const TensorView& topk_indices,
+                  const TopkPerRowOptions& options = {});
+
+struct MqaTopkOptions {
+  // Indices are keys; by default they are key - k_start[i].
+  bool absolute_indices = false;
+  // [S, topk] fp32, contiguous: the selected logits.
+  std::optional<TensorView> values;
+  std::optional<TensorView> schedule_meta;  // as MqaLogitsOptions
+  std::optional<bool> check_inputs;         // as MqaLogitsOptions
+  cudaStream_t stream = nullptr;
+};
+
+// Bytes of the `workspace` that mqa_topk needs for this problem.
+std::int64_t mqa_topk_workspace_bytes(std::int64_t seq_len, std::int64_t seq_len_kv,
+                                      std::int64_t topk);
+
+// The top-k of exactly the logits mqa_logits returns for the same inputs (fp32, or bf16 with
+// bf16 weights). q, kv, weights, k_start and k_end as mqa_logits; topk_indices [S, topk] int32,
+// contiguous; workspace: uint8 [>= mqa_topk_workspace_bytes(S, T, topk)] on the inputs' device,
+// 16-byte aligned there, not read before the call.
+void mqa_topk(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorView& weights,
+              const TensorView& k_start, const TensorView& k_end, std::int64_t topk,
+              const TensorView& topk_indices, const TensorView& workspace,
+              const MqaTopkOptions& options = {});
+
+struct PagedMqaTopkOptions {
+  // Indices are the cache slots block_table[b, p / block_kv] * block_kv + p % block_kv of the
+  // selected positions p, which sparse decode attention reads; by default they are p.
+  bool cache_slots = false;
+  // [B * N, topk] fp32, contiguous: the selected logits.
+  std::optional<TensorView> values;
+  std::optional<TensorView> indices;  // the varlen form, as PagedMqaLogitsOptions
+  std::optional<bool> check_inputs;   // as PagedMqaLogitsOptions
+  cudaStream_t stream = nullptr;
+};
+
+std::int64_t paged_mqa_topk_workspace_bytes(std::int64_t num_rows, std::int64_t max_context_len,
+                                            std::int64_t topk);
+
+// The top-k of exactly the logits paged_mqa_logits returns for the same inputs. Arguments as
+// paged_mqa_logits; topk_indices [B * N, topk] int32, contiguous; workspace: uint8
+// [>= paged_mqa_topk_workspace_bytes(B * N, max_context_len, topk)].
+void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
+                    const TensorView& weights, const TensorView& context_lens,
+                    const TensorView& block_table, const TensorView& schedule_meta,
+                    std::int64_t max_context_len, std::int64_t topk,
+                    const TensorView& topk_indices, const TensorView& workspace,
+                    const PagedMqaTopkOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
 // Schedule metadata: int32 [num_sms + 1, 2]. Each of num_sms workers gets one contiguous,
 // equally sized (+-1) segment of the work items; row k holds the first item of worker k, row
 // num_sms the end. Host inputs compute on the host, device inputs on the device (stream).

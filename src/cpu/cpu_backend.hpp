@@ -20,11 +20,14 @@
 #pragma once
 
 #include "problem.hpp"
+#include "topk.hpp"
 
 namespace mqa_logits::cpu {
 
 // `num_threads` workers (<= 0: every hardware thread) share the work; results do not depend on it.
 void run_prefill(const PrefillProblem& problem, int num_threads);
 void run_paged(const PagedProblem& problem, int num_threads);
+// Selection (topk.hpp): rows are independent, each selected whole by one worker.
+void run_topk(const TopkProblem& problem, int num_threads);
 
 }  // namespace mqa_logits::cpu

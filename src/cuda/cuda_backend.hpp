@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "problem.hpp"
+#include "topk.hpp"
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
@@ -49,6 +50,7 @@ void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream);
 
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream);
 void run_paged(const PagedProblem& problem, cudaStream_t stream);
+void run_topk(const TopkProblem& problem, cudaStream_t stream);
 
 // Schedule metadata from inputs on CUDA device `device` into `out` there ([workers + 1, 2]
 // int32), launched with that device current (the caller's is restored).

@@ -35,6 +35,7 @@ void check_prefill_inputs(const PrefillProblem&, cudaStream_t) { refuse_device_t
 void check_paged_inputs(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_paged(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
+void run_topk(const TopkProblem&, cudaStream_t) { refuse_device_tensor("logits"); }
 
 void prefill_metadata(int, const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t,
                       int, int, std::int32_t*, cudaStream_t) {

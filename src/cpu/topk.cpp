@@ -1,0 +1,60 @@
+// CPU selection: per row, the order keys of its columns, the topk best by (key descending, column
+// ascending) through nth_element, then put back in column order. Exact by construction; the GPU
+// kernel must give the same rows (topk.hpp's rules).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu_backend.hpp"
+#include "cpu/parallel.hpp"
+#include "topk.hpp"
+
+namespace mqa_logits::cpu {
+
+void run_topk(const TopkProblem& p, int num_threads) {
+  const bool bf16 = p.logits_dtype == DType::kBFloat16;
+  const std::int64_t element_bytes = bf16 ? 2 : 4;
+  parallel_for(p.rows, num_threads, [&](std::int64_t row) {
+    const topk::RowSpan span = topk::row_span(p, row);
+    const auto* row_data =
+        static_cast<const char*>(p.logits) + row * p.logits_row_stride * element_bytes;
+    struct Candidate {
+      std::uint32_t key;
+      std::int64_t col;
+    };
+    std::vector<Candidate> candidates;
+    candidates.reserve(static_cast<std::size_t>(span.count));
+    for (std::int64_t col = span.first; col < span.first + span.count; ++col) {
+      const std::uint32_t key = topk::column_key(p, row_data, row, col);
+      if (key != 0) candidates.push_back({key, col});
+    }
+    const auto better = [](const Candidate& a, const Candidate& b) {
+      return a.key != b.key ? a.key > b.key : a.col < b.col;
+    };
+    const auto k = static_cast<std::size_t>(p.topk);
+    if (candidates.size() > k) {
+      std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                       candidates.end(), better);
+      candidates.resize(k);
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate& a, const Candidate& b) { return a.col < b.col; });
+    std::int32_t* indices = p.indices + row * p.topk;
+    float* values = p.values != nullptr ? p.values + row * p.topk : nullptr;
+    for (std::size_t i = 0; i < k; ++i) {
+      const bool selected = i < candidates.size();
+      indices[i] = selected ? topk::column_index(p, span, row, candidates[i].col) : -1;
+      if (values == nullptr) continue;
+      if (selected) {
+        const std::uint32_t bits = topk::logit_bits(row_data, candidates[i].col, bf16);
+        std::memcpy(&values[i], &bits, sizeof(float));
+      } else {
+        values[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  });
+}
+
+}  // namespace mqa_logits::cpu

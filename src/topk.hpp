@@ -1,0 +1,117 @@
+// The validated selection problem that every top-k entry point reduces to, and the rules of
+// docs/contract.md, "Top-k", as host and device code share them: which columns a row selects
+// among, the order of logits, and the index a selected column gets.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "mqa_logits/tensor.hpp"
+#include "schedule.hpp"
+
+namespace mqa_logits {
+
+// Rows of logits and how their windows are given.
+struct TopkProblem {
+  Device device{};
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  const void* logits = nullptr;  // [rows, cols], rows logits_row_stride elements apart
+  DType logits_dtype = DType::kFloat32;
+  std::int64_t logits_row_stride = 0;
+
+  // Windows of key spans (prefill, topk_per_row): row i's keys are max(starts[i], 0) <= j <
+  // min(ends[i], key_limit); starts may be null (0). Compressed: column c is key starts[i] + c.
+  const std::int32_t* starts = nullptr;
+  const std::int32_t* ends = nullptr;
+  std::int64_t key_limit = std::numeric_limits<std::int64_t>::max();
+  bool compressed = false;
+  bool absolute_indices = false;
+
+  // Windows of decode rows (when context_lens is set): row r = b * N + t has the keys [0, L) of
+  // schedule::paged_row_length, clamped to key_limit; a key in a block whose id is outside
+  // [0, num_blocks) is never selected. cache_slots: the index of position p is its slot.
+  const std::int32_t* context_lens = nullptr;
+  bool lens_2d = false;
+  int next_n = 1;
+  const std::int32_t* block_table = nullptr;  // [rows / next_n, ...]
+  std::int64_t block_table_row_stride = 0;
+  int block_kv = 64;
+  std::int64_t num_blocks = 0;
+  bool cache_slots = false;
+
+  std::int64_t topk = 0;
+  std::int32_t* indices = nullptr;  // [rows, topk]
+  float* values = nullptr;          // [rows, topk] or null
+};
+
+namespace topk {
+
+// The columns [first, first + count) row `row` selects among, and what a column's index adds to
+// the column (absent slots).
+struct RowSpan {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+  std::int64_t index_offset = 0;
+};
+
+MQA_HOST_DEVICE constexpr std::int64_t clamp_to(std::int64_t v, std::int64_t lo, std::int64_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+MQA_HOST_DEVICE constexpr RowSpan row_span(const TopkProblem& p, std::int64_t row) {
+  if (p.context_lens != nullptr) {
+    const std::int64_t len = schedule::paged_row_length(p.context_lens, p.lens_2d, row / p.next_n,
+                                                        p.next_n, static_cast<int>(row % p.next_n));
+    return {0, clamp_to(len, 0, p.key_limit < p.cols ? p.key_limit : p.cols), 0};
+  }
+  const std::int64_t start = p.starts != nullptr ? p.starts[row] : 0;
+  const std::int64_t key_begin = start > 0 ? start : 0;
+  const std::int64_t key_end = p.ends[row] < p.key_limit ? p.ends[row] : p.key_limit;
+  const std::int64_t shift = p.compressed ? start : 0;  // column = key - shift
+  const std::int64_t first = clamp_to(key_begin - shift, 0, p.cols);
+  const std::int64_t last = clamp_to(key_end - shift, first, p.cols);
+  // index = key - start (relative) or key (absolute) = column + shift - (relative ? start : 0)
+  return {first, last - first, shift - (p.absolute_indices ? 0 : start)};
+}
+
+// The order of logits as unsigned integers: larger key, larger logit; -0 as +0. NaN and -inf map
+// to 0, which marks a logit that is never selected (every other value maps above 0).
+MQA_HOST_DEVICE constexpr std::uint32_t order_key(std::uint32_t bits) {
+  if ((bits & 0x7fffffffu) > 0x7f800000u || bits == 0xff800000u) return 0;
+  if (bits == 0x80000000u) bits = 0;
+  return (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+}
+
+// The fp32 bits of a stored logit (bf16 widens exactly).
+MQA_HOST_DEVICE constexpr std::uint32_t logit_bits(const void* row, std::int64_t col, bool bf16) {
+  return bf16 ? static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(row)[col]) << 16
+              : static_cast<const std::uint32_t*>(row)[col];
+}
+
+// Decode rows: the block id of position `pos` of row `row`, -1 outside the cache.
+MQA_HOST_DEVICE constexpr std::int64_t block_of(const TopkProblem& p, std::int64_t row,
+                                                std::int64_t pos) {
+  const std::int64_t id =
+      p.block_table[(row / p.next_n) * p.block_table_row_stride + pos / p.block_kv];
+  return id >= 0 && id < p.num_blocks ? id : -1;
+}
+
+// The order key of column `col` of row `row` (whose data starts at `row_data`).
+MQA_HOST_DEVICE constexpr std::uint32_t column_key(const TopkProblem& p, const void* row_data,
+                                                   std::int64_t row, std::int64_t col) {
+  if (p.context_lens != nullptr && block_of(p, row, col) < 0) return 0;
+  return order_key(logit_bits(row_data, col, p.logits_dtype == DType::kBFloat16));
+}
+
+// The index a selected column is given.
+MQA_HOST_DEVICE constexpr std::int32_t column_index(const TopkProblem& p, const RowSpan& span,
+                                                    std::int64_t row, std::int64_t col) {
+  if (p.cache_slots) {
+    return static_cast<std::int32_t>(block_of(p, row, col) * p.block_kv + col % p.block_kv);
+  }
+  return static_cast<std::int32_t>(col + span.index_offset);
+}
+
+}  // namespace topk
+}  // namespace mqa_logits

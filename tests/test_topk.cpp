@@ -1,0 +1,343 @@
+// Top-k on the CPU backend (docs/contract.md, "Top-k"): topk_per_row against the brute-force
+// oracle of support/topk_oracle.hpp on random and adversarial rows, and the fused operations
+// against topk_per_row's oracle applied to the logits mqa_logits / paged_mqa_logits return for
+// the same inputs. Outputs are poisoned before every call.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "metadata.hpp"
+#include "mqa_logits/formats.hpp"
+#include "mqa_logits/mqa_logits.hpp"
+#include "support/topk_oracle.hpp"
+#include "support/workload.hpp"
+#include "topk_rows.hpp"
+
+namespace mqa_logits {
+namespace {
+
+using namespace topk_test;
+
+
+TEST(TopkPerRow, RandomRowsMatchTheOracle) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const bool compressed : {false, true}) {
+      for (const bool absolute : {false, true}) {
+        for (const std::int64_t topk : {1, 7, 512, 2048}) {
+          const auto seed = static_cast<std::uint64_t>(topk) * 4 + compressed * 2 + absolute;
+          const Rows logits = random_rows(48, 6000, dtype, seed);
+          PerRowCall call = random_windows(48, 6000, seed + 1);
+          call.compressed = compressed;
+          call.absolute = absolute;
+          const Selection got = run_per_row(logits, call, topk);
+          expect_per_row_oracle(logits, call, topk, got);
+        }
+      }
+    }
+  }
+}
+
+TEST(TopkPerRow, DecodeRowsWithoutStarts) {
+  const Rows logits = random_rows(16, 3000, DType::kFloat32, 11);
+  PerRowCall call;
+  for (std::int32_t r = 0; r < 16; ++r) call.ends.push_back(r * 200 - 100);
+  const Selection got = run_per_row(logits, call, 1024);
+  expect_per_row_oracle(logits, call, 1024, got);
+}
+
+TEST(TopkPerRow, AllEqualLogitsOfAMillionKeys) {
+  constexpr std::int64_t kCols = 1 << 20;
+  Rows logits(1, kCols, DType::kFloat32, 0);
+  for (std::int64_t c = 0; c < kCols; ++c) logits.set(0, c, 0.25f);
+  for (const std::int64_t topk : {1, 2048}) {
+    PerRowCall call{{}, {static_cast<std::int32_t>(kCols)}};
+    const Selection got = run_per_row(logits, call, topk);
+    for (std::int64_t i = 0; i < topk; ++i) ASSERT_EQ(got.indices[i], i);
+  }
+}
+
+// Every key of the row in one bin of the first two digits: values differ in their 6 lowest
+// bits only, with many exact ties among them.
+TEST(TopkPerRow, ThresholdBinHoldsEveryKey) {
+  constexpr std::int64_t kCols = 1 << 20;
+  const Rows logits = one_bin_row(kCols, 5);
+  PerRowCall call{{}, {static_cast<std::int32_t>(kCols)}};
+  for (const std::int64_t topk : {1, 999, 2048}) {
+    const Selection got = run_per_row(logits, call, topk);
+    expect_per_row_oracle(logits, call, topk, got);
+  }
+}
+
+TEST(TopkPerRow, TiesStraddleTheKthPlace) {
+  const Rows logits = four_value_rows(8, 20000, 3);
+  PerRowCall call;
+  for (std::int64_t r = 0; r < 8; ++r) {
+    call.starts.push_back(static_cast<std::int32_t>(r * 100));
+    call.ends.push_back(20000);
+  }
+  for (const std::int64_t topk : {2048, 1999, 1}) {
+    const Selection got = run_per_row(logits, call, topk);
+    expect_per_row_oracle(logits, call, topk, got);
+  }
+}
+
+TEST(TopkPerRow, SpecialValues) {
+  const Rows logits = special_value_rows(64);
+  PerRowCall call{{}, {64, 64, 64, 64}};
+  const Selection got = run_per_row(logits, call, 16);
+  expect_per_row_oracle(logits, call, 16, got);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(got.indices[i], -1);
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(got.indices[32 + i], i);  // -0 and +0 tie: lower keys
+}
+
+TEST(TopkPerRow, RepeatedCallsAreBitwiseEqual) {
+  const Rows logits = random_rows(32, 5000, DType::kFloat32, 9);
+  PerRowCall call = random_windows(32, 5000, 10);
+  const Selection a = run_per_row(logits, call, 2048);
+  const Selection b = run_per_row(logits, call, 2048);
+  ASSERT_EQ(a.indices, b.indices);
+  for (std::size_t k = 0; k < a.values.size(); ++k) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(a.values[k]), std::bit_cast<std::uint32_t>(b.values[k]));
+  }
+}
+
+template <class Call>
+void expect_refused(const char* argument, const Call& call) {
+  try {
+    call();
+    FAIL() << "expected InvalidArgument naming " << argument;
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
+}
+
+TEST(TopkPerRow, RefusesBadArgumentsAndWritesNothing) {
+  const Rows logits = random_rows(4, 100, DType::kFloat32, 1);
+  std::vector<std::int32_t> ends(4, 100), starts(4, 0);
+  Selection out = poisoned_selection(4, 8);
+  const auto indices = int32_view(out.indices, {4, 8});
+  const auto ends_view = int32_view(ends, {4});
+  expect_refused("topk", [&] { topk_per_row(logits.view(), std::nullopt, ends_view, 0, indices); });
+  expect_refused("topk", [&] { topk_per_row(logits.view(), std::nullopt, ends_view, 2049, indices); });
+  expect_refused("topk_indices",
+                 [&] { topk_per_row(logits.view(), std::nullopt, ends_view, 7, indices); });
+  expect_refused("ends", [&] {
+    topk_per_row(logits.view(), std::nullopt, int32_view(ends, {3}), 8, indices);
+  });
+  expect_refused("starts", [&] {
+    TopkPerRowOptions options;
+    options.compressed = true;
+    topk_per_row(logits.view(), std::nullopt, ends_view, 8, indices, options);
+  });
+  expect_refused("values", [&] {
+    TopkPerRowOptions options;
+    options.values = TensorView::contiguous(out.values.data(), DType::kBFloat16, {4, 8});
+    topk_per_row(logits.view(), int32_view(starts, {4}), ends_view, 8, indices, options);
+  });
+  expect_refused("topk_indices", [&] {  // the indices over the ends
+    topk_per_row(logits.view(), std::nullopt, ends_view, 1,
+                 TensorView::contiguous(ends.data(), DType::kInt32, {4, 1}));
+  });
+  expect_refused("logits", [&] {
+    Rows wrong = logits;
+    TensorView v = wrong.view();
+    v.dtype = DType::kInt32;
+    topk_per_row(v, std::nullopt, ends_view, 8, indices);
+  });
+  for (const std::int32_t v : out.indices) ASSERT_EQ(v, kIndexPoison);
+  for (const std::int32_t v : ends) ASSERT_EQ(v, 100);
+}
+
+// ---- the fused operations against the oracle over their own logits ----
+
+// The logits of a prefill workload as mqa_logits returns them (fp32, or bf16 for bf16 weights).
+Rows prefill_logits(const support::PrefillWorkload& w) {
+  const auto in = w.host_inputs();
+  Rows logits(w.spec.seq_len, w.spec.seq_len_kv, w.spec.logits_dtype, 0);
+  const OutputLayout layout = mqa_logits_output_layout(w.spec.seq_len, w.spec.seq_len_kv, 0,
+                                                       w.spec.logits_dtype);
+  logits.stride = layout.row_stride;
+  logits.fp32.assign(static_cast<std::size_t>(std::max<std::int64_t>(layout.rows * layout.row_stride, 1)), 0.0f);
+  logits.bf16.assign(logits.fp32.size(), 0);
+  TensorView out;
+  out.data = const_cast<void*>(logits.data());
+  out.dtype = logits.dtype;
+  out.rank = 2;
+  out.shape = {layout.rows, layout.cols};
+  out.strides = {layout.row_stride, 1};
+  MqaLogitsOptions options;
+  options.clean_logits = false;
+  mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, out, options);
+  return logits;
+}
+
+struct FusedCase {
+  support::WindowKind windows;
+  DType weights;
+  std::int64_t topk;
+};
+
+TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
+  using support::WindowKind;
+  const FusedCase cases[] = {
+      {WindowKind::kCausal, DType::kFloat32, 2048},  {WindowKind::kRandom, DType::kFloat32, 300},
+      {WindowKind::kPacked, DType::kFloat32, 64},    {WindowKind::kSliding, DType::kBFloat16, 512},
+      {WindowKind::kContextParallel, DType::kFloat32, 1}, {WindowKind::kFull, DType::kBFloat16, 2048},
+  };
+  for (const Format format : {Format::kFP8, Format::kMXFP4}) {
+    for (const FusedCase& c : cases) {
+      support::PrefillSpec spec;
+      spec.format = format;
+      spec.seq_len = 48;
+      spec.seq_len_kv = c.windows == WindowKind::kPacked ? 48 : 4200;
+      spec.num_heads = 8;
+      spec.head_dim = 64;
+      spec.weights_dtype = c.weights;
+      spec.logits_dtype = c.weights;
+      spec.windows = c.windows;
+      if (c.windows == WindowKind::kPacked) spec.request_lengths = {5, 20, 1, 22};
+      if (c.windows == WindowKind::kSliding) spec.sliding_window = 700;
+      spec.seed = 17;
+      const auto w = support::make_prefill_workload(spec);
+      const Rows logits = prefill_logits(w);
+      for (const bool absolute : {false, true}) {
+        const auto in = w.host_inputs();
+        Selection got = poisoned_selection(spec.seq_len, c.topk);
+        std::vector<std::uint8_t> workspace(static_cast<std::size_t>(
+            mqa_topk_workspace_bytes(spec.seq_len, spec.seq_len_kv, c.topk)));
+        MqaTopkOptions options;
+        options.absolute_indices = absolute;
+        options.values =
+            TensorView::contiguous(got.values.data(), DType::kFloat32, {spec.seq_len, c.topk});
+        mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, c.topk,
+                 int32_view(got.indices, {spec.seq_len, c.topk}),
+                 TensorView::contiguous(workspace.data(), DType::kUInt8,
+                                        {static_cast<std::int64_t>(workspace.size())}),
+                 options);
+        PerRowCall call{std::vector<std::int32_t>(w.k_start().begin(), w.k_start().end()),
+                        std::vector<std::int32_t>(w.k_end().begin(), w.k_end().end())};
+        for (auto& e : call.ends) e = std::min<std::int32_t>(e, static_cast<std::int32_t>(spec.seq_len_kv));
+        call.absolute = absolute;
+        SCOPED_TRACE(std::string(format_name(format)) + " " + support::window_kind_name(c.windows));
+        expect_per_row_oracle(logits, call, c.topk, got);
+      }
+    }
+  }
+}
+
+TEST(MqaTopk, RefusesASmallWorkspaceAndWritesNothing) {
+  support::PrefillSpec spec;
+  spec.seq_len = 8;
+  spec.seq_len_kv = 300;
+  spec.num_heads = 8;
+  spec.head_dim = 64;
+  const auto w = support::make_prefill_workload(spec);
+  const auto in = w.host_inputs();
+  Selection got = poisoned_selection(8, 16);
+  const std::int64_t bytes = mqa_topk_workspace_bytes(8, 300, 16);
+  std::vector<std::uint8_t> workspace(static_cast<std::size_t>(bytes));
+  expect_refused("workspace", [&] {
+    mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, 16, int32_view(got.indices, {8, 16}),
+             TensorView::contiguous(workspace.data(), DType::kUInt8, {bytes - 1}));
+  });
+  expect_refused("workspace", [&] {
+    mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, 16, int32_view(got.indices, {8, 16}),
+             TensorView::contiguous(workspace.data(), DType::kFloat32, {bytes / 4}));
+  });
+  expect_refused("topk", [&] {
+    mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, 4096, int32_view(got.indices, {8, 16}),
+             TensorView::contiguous(workspace.data(), DType::kUInt8, {bytes}));
+  });
+  for (const std::int32_t v : got.indices) ASSERT_EQ(v, kIndexPoison);
+}
+
+struct PagedCase {
+  std::int64_t next_n;
+  int block_kv;
+  bool lens_2d;
+  bool varlen;
+  DType weights;
+};
+
+TEST(PagedMqaTopk, MatchesTheOracleOverItsLogits) {
+  const PagedCase cases[] = {
+      {1, 64, false, false, DType::kFloat32}, {2, 32, true, false, DType::kFloat32},
+      {3, 64, false, false, DType::kBFloat16}, {4, 64, true, false, DType::kFloat32},
+      {8, 32, false, false, DType::kFloat32}, {1, 64, false, true, DType::kFloat32},
+  };
+  for (const PagedCase& c : cases) {
+    support::PagedSpec spec;
+    spec.batch = 5;
+    spec.next_n = c.next_n;
+    spec.num_heads = 8;
+    spec.head_dim = 64;
+    spec.block_kv = c.block_kv;
+    spec.avg_context = 2600;
+    spec.context_jitter = 0.9;
+    spec.lens_2d = c.lens_2d;
+    spec.varlen_indices = c.varlen;
+    spec.weights_dtype = c.weights;
+    spec.logits_dtype = c.weights;
+    spec.seed = static_cast<std::uint64_t>(c.next_n * 100 + c.block_kv);
+    const auto w = support::make_paged_workload(spec);
+    const auto in = w.host_inputs();
+    const std::int64_t rows = w.num_rows;
+    std::vector<std::int32_t> meta(2 * 5);
+    const auto lens = w.context_lens();
+    host::paged_metadata(lens.data(), spec.batch, c.lens_2d ? c.next_n : 1, c.lens_2d,
+                         c.varlen ? w.indices().data() : nullptr, 4, meta.data());
+    const TensorView meta_view = int32_view(meta, {5, 2});
+
+    Rows logits(rows, w.max_context_len, c.weights, 0);
+    logits.stride = w.layout.row_stride;
+    logits.fp32.assign(static_cast<std::size_t>(rows * logits.stride), 0.0f);
+    logits.bf16.assign(logits.fp32.size(), 0);
+    paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta_view,
+                     w.max_context_len, w.logits_view(const_cast<void*>(logits.data())),
+                     in.options);
+    const auto table = w.block_table();
+    for (const bool slots : {false, true}) {
+      for (const std::int64_t topk : {1, 2048}) {
+        Selection got = poisoned_selection(rows, topk);
+        std::vector<std::uint8_t> workspace(static_cast<std::size_t>(
+            paged_mqa_topk_workspace_bytes(rows, w.max_context_len, topk)));
+        PagedMqaTopkOptions options;
+        options.cache_slots = slots;
+        options.indices = in.options.indices;
+        options.values = TensorView::contiguous(got.values.data(), DType::kFloat32, {rows, topk});
+        paged_mqa_topk(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta_view,
+                       w.max_context_len, topk, int32_view(got.indices, {rows, topk}),
+                       TensorView::contiguous(workspace.data(), DType::kUInt8,
+                                              {static_cast<std::int64_t>(workspace.size())}),
+                       options);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const std::int64_t trow = w.table_row(r);
+          const auto block = [&](std::int64_t p) {
+            const std::int32_t id = table[static_cast<std::size_t>(trow * w.max_blocks + p / c.block_kv)];
+            return id >= 0 && id < w.num_blocks ? id : -1;
+          };
+          const std::int64_t length = std::min({w.context_length(r), w.max_context_len,
+                                                w.max_blocks * c.block_kv});
+          const auto columns = support::oracle_topk_columns(
+              logits.row(r), c.weights, 0, std::max<std::int64_t>(length, 0), topk,
+              [&](std::int64_t p) { return block(p) < 0; });
+          std::vector<std::int64_t> index;
+          for (const std::int64_t p : columns) {
+            index.push_back(slots ? block(p) * c.block_kv + p % c.block_kv : p);
+          }
+          SCOPED_TRACE("next_n " + std::to_string(c.next_n) + (slots ? " slots" : ""));
+          expect_row(got, r, topk, columns, index, logits.row(r), c.weights);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mqa_logits

@@ -1,0 +1,192 @@
+// Logits rows and windows for the top-k tests on both backends, and their comparison with the
+// brute-force oracle of support/topk_oracle.hpp.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "mqa_logits/mqa_logits.hpp"
+#include "support/topk_oracle.hpp"
+
+namespace mqa_logits::topk_test {
+
+constexpr std::int32_t kIndexPoison = 0x7f7f7f7f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Logits rows in host memory, fp32 or bf16 (stored as the high half of each fp32 value).
+struct Rows {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t stride = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<float> fp32;
+  std::vector<std::uint16_t> bf16;
+
+  Rows(std::int64_t r, std::int64_t c, DType d, std::int64_t pad = 3)
+      : rows(r), cols(c), stride(c + pad), dtype(d) {
+    fp32.assign(static_cast<std::size_t>(std::max<std::int64_t>(rows * stride, 1)), 0.0f);
+    bf16.assign(fp32.size(), 0);
+  }
+  void set(std::int64_t row, std::int64_t col, float v) {
+    const auto k = static_cast<std::size_t>(row * stride + col);
+    fp32[k] = v;
+    bf16[k] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);
+  }
+  const void* data() const {
+    return dtype == DType::kBFloat16 ? static_cast<const void*>(bf16.data()) : fp32.data();
+  }
+  const void* row(std::int64_t r) const {
+    return static_cast<const char*>(data()) + r * stride * (dtype == DType::kBFloat16 ? 2 : 4);
+  }
+  TensorView view() const {
+    TensorView v;
+    v.data = const_cast<void*>(data());
+    v.dtype = dtype;
+    v.rank = 2;
+    v.shape = {rows, cols};
+    v.strides = {stride, 1};
+    return v;
+  }
+};
+
+struct Selection {
+  std::vector<std::int32_t> indices;
+  std::vector<float> values;
+};
+
+inline Selection poisoned_selection(std::int64_t rows, std::int64_t topk) {
+  const auto n = static_cast<std::size_t>(rows * topk);
+  return {std::vector<std::int32_t>(n, kIndexPoison),
+          std::vector<float>(n, std::numeric_limits<float>::quiet_NaN())};
+}
+
+inline TensorView int32_view(std::vector<std::int32_t>& v, std::initializer_list<std::int64_t> shape) {
+  return TensorView::contiguous(v.data(), DType::kInt32, shape);
+}
+
+struct PerRowCall {
+  std::vector<std::int32_t> starts;  // empty: none
+  std::vector<std::int32_t> ends;
+  bool compressed = false;
+  bool absolute = false;
+};
+
+inline Selection run_per_row(const Rows& logits, PerRowCall& call, std::int64_t topk) {
+  Selection out = poisoned_selection(logits.rows, topk);
+  TopkPerRowOptions options;
+  options.compressed = call.compressed;
+  options.absolute_indices = call.absolute;
+  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {logits.rows, topk});
+  std::optional<TensorView> starts;
+  if (!call.starts.empty()) starts = int32_view(call.starts, {logits.rows});
+  topk_per_row(logits.view(), starts, int32_view(call.ends, {logits.rows}), topk,
+               int32_view(out.indices, {logits.rows, topk}), options);
+  return out;
+}
+
+// The expected row, from the contract's windows written out here: (indices, values).
+inline void expect_row(const Selection& got, std::int64_t row, std::int64_t topk,
+                const std::vector<std::int64_t>& columns, const std::vector<std::int64_t>& index,
+                const void* row_data, DType dtype) {
+  for (std::int64_t i = 0; i < topk; ++i) {
+    const auto k = static_cast<std::size_t>(row * topk + i);
+    if (i < static_cast<std::int64_t>(columns.size())) {
+      ASSERT_EQ(got.indices[k], index[static_cast<std::size_t>(i)]) << "row " << row << " place " << i;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got.values[k]),
+                std::bit_cast<std::uint32_t>(
+                    support::logit_value(row_data, dtype, columns[static_cast<std::size_t>(i)])))
+          << "row " << row << " place " << i;
+    } else {
+      ASSERT_EQ(got.indices[k], -1) << "row " << row << " place " << i;
+      ASSERT_EQ(got.values[k], -kInf) << "row " << row << " place " << i;
+    }
+  }
+}
+
+inline void expect_per_row_oracle(const Rows& logits, const PerRowCall& call, std::int64_t topk,
+                           const Selection& got) {
+  for (std::int64_t r = 0; r < logits.rows; ++r) {
+    const std::int64_t start = call.starts.empty() ? 0 : call.starts[static_cast<std::size_t>(r)];
+    const std::int64_t end = call.ends[static_cast<std::size_t>(r)];
+    // Keys max(start, 0) <= j < end that have a column.
+    const std::int64_t shift = call.compressed ? start : 0;
+    const std::int64_t first = std::clamp<std::int64_t>(std::max<std::int64_t>(start, 0) - shift, 0,
+                                                        logits.cols);
+    const std::int64_t last = std::clamp<std::int64_t>(end - shift, first, logits.cols);
+    const auto columns =
+        support::oracle_topk_columns(logits.row(r), logits.dtype, first, last - first, topk);
+    std::vector<std::int64_t> index;
+    for (const std::int64_t c : columns) index.push_back(call.absolute ? c + shift : c + shift - start);
+    expect_row(got, r, topk, columns, index, logits.row(r), logits.dtype);
+  }
+}
+
+inline Rows random_rows(std::int64_t rows, std::int64_t cols, DType dtype, std::uint64_t seed) {
+  Rows logits(rows, cols, dtype);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < logits.stride; ++c) logits.set(r, c, normal(rng));
+  }
+  return logits;
+}
+
+// Windows of every kind: inside, empty, inverted, negative starts, ends past the columns.
+inline PerRowCall random_windows(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  PerRowCall call;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> pick(-cols / 8, cols + cols / 8);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t a = pick(rng), b = pick(rng);
+    if (r % 7 != 3) {
+      if (a > b) std::swap(a, b);
+    }
+    call.starts.push_back(static_cast<std::int32_t>(a));
+    call.ends.push_back(static_cast<std::int32_t>(b));
+  }
+  return call;
+}
+
+// A row whose every key lies in one bin of the first two digits: values differ in
+// their 6 lowest bits only, with many exact ties.
+inline Rows one_bin_row(std::int64_t cols, std::uint64_t seed) {
+  Rows logits(1, cols, DType::kFloat32, 0);
+  std::mt19937_64 rng(seed);
+  for (std::int64_t c = 0; c < cols; ++c) {
+    logits.set(0, c, std::bit_cast<float>(0x3f800000u + static_cast<std::uint32_t>(rng() % 64)));
+  }
+  return logits;
+}
+
+// Rows of four values (~cols / 4 keys each), so ties straddle any k-th place.
+inline Rows four_value_rows(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  Rows logits(rows, cols, DType::kFloat32);
+  std::mt19937_64 rng(seed);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < logits.stride; ++c) logits.set(r, c, static_cast<float>(rng() % 4));
+  }
+  return logits;
+}
+
+// Rows of -inf; NaN, -inf and few selectable keys; -0 and +0; +inf among -1e30.
+inline Rows special_value_rows(std::int64_t cols) {
+  Rows logits(4, cols, DType::kFloat32);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::int64_t c = 0; c < logits.stride; ++c) {
+    logits.set(0, c, -kInf);
+    logits.set(1, c, c % 3 == 0 ? nan : (c % 3 == 1 ? -kInf : 1.0f));
+    logits.set(2, c, c % 2 == 0 ? -0.0f : 0.0f);
+    logits.set(3, c, c == 40 ? kInf : (c == 10 ? -kInf : -1e30f));
+  }
+  return logits;
+}
+
+}  // namespace mqa_logits::topk_test
