@@ -35,6 +35,7 @@ names the argument as the Python function spells it (the scales of a ``(values, 
 as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
 """
 
+from ._topk import mqa_topk, paged_mqa_topk, topk_per_row
 from ._api import (
     cuda_backend_available,
     fp8_fp4_mqa_logits,
@@ -60,7 +61,10 @@ __all__ = [
     "get_mqa_logits_metadata",
     "get_num_sms",
     "get_paged_mqa_logits_metadata",
+    "mqa_topk",
+    "paged_mqa_topk",
     "set_num_sms",
+    "topk_per_row",
     "InvalidArgumentError",
     "InvalidTypeError",
     "cuda_backend_available",

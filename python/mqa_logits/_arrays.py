@@ -89,8 +89,10 @@ _NUMPY_DTYPES = _numpy_dtypes()
 
 # Element type -> framework dtype, for the outputs the library writes.
 TORCH_OUTPUTS = ({DType.float32: torch.float32, DType.bfloat16: torch.bfloat16,
-                  DType.int32: torch.int32} if torch is not None else {})
-_NUMPY_OUTPUTS = {DType.float32: np.dtype(np.float32), DType.int32: np.dtype(np.int32)}
+                  DType.int32: torch.int32, DType.uint8: torch.uint8}
+                 if torch is not None else {})
+_NUMPY_OUTPUTS = {DType.float32: np.dtype(np.float32), DType.int32: np.dtype(np.int32),
+                  DType.uint8: np.dtype(np.uint8)}
 if ml_dtypes is not None:
     _NUMPY_OUTPUTS[DType.bfloat16] = np.dtype(ml_dtypes.bfloat16)
 

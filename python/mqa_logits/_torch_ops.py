@@ -149,6 +149,68 @@ def _(context_lens, block_kv, num_sms, indices):
     return _fake_metadata(context_lens, num_sms)
 
 
+# ---- top-k: each op returns (indices, values), values empty unless asked for -----------------
+
+def _fake_selection(like: Tensor, rows: Any, topk: int, return_values: bool):
+    values_rows = rows if return_values else 0
+    return (like.new_empty((rows, topk), dtype=torch.int32),
+            like.new_empty((values_rows, topk), dtype=torch.float32))
+
+
+def _selection(result: Any, like: Tensor, return_values: bool):
+    if return_values:
+        return result
+    return result, like.new_empty((0, result.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("mqa_logits::topk_per_row", mutates_args=())
+def _topk_per_row(logits: Tensor, starts: Optional[Tensor], ends: Tensor, topk: int,
+                  compressed: bool, absolute_indices: bool,
+                  return_values: bool) -> Tuple[Tensor, Tensor]:
+    from ._topk import topk_per_row
+    return _selection(topk_per_row(logits, starts, ends, topk, compressed, absolute_indices,
+                                   return_values), logits, return_values)
+
+
+@_topk_per_row.register_fake
+def _(logits, starts, ends, topk, compressed, absolute_indices, return_values):
+    return _fake_selection(logits, logits.shape[0], topk, return_values)
+
+
+@torch.library.custom_op("mqa_logits::mqa_topk", mutates_args=())
+def _mqa_topk(q: Tensor, q_scales: Optional[Tensor], kv: Tensor, kv_scales: Optional[Tensor],
+              weights: Tensor, cu_seq_len_k_start: Tensor, cu_seq_len_k_end: Tensor, topk: int,
+              absolute_indices: bool, return_values: bool,
+              schedule_meta: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    from ._topk import mqa_topk
+    return _selection(mqa_topk(_join(q, q_scales), _join(kv, kv_scales), weights,
+                               cu_seq_len_k_start, cu_seq_len_k_end, topk, absolute_indices,
+                               return_values, schedule_meta), q, return_values)
+
+
+@_mqa_topk.register_fake
+def _(q, q_scales, kv, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk,
+      absolute_indices, return_values, schedule_meta):
+    return _fake_selection(q, q.shape[0], topk, return_values)
+
+
+@torch.library.custom_op("mqa_logits::paged_mqa_topk", mutates_args=())
+def _paged_mqa_topk(q: Tensor, q_scales: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
+                    context_lens: Tensor, block_table: Tensor, schedule_meta: Tensor,
+                    max_context_len: int, topk: int, cache_slots: bool, return_values: bool,
+                    indices: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    from ._topk import paged_mqa_topk
+    return _selection(paged_mqa_topk(_join(q, q_scales), kv_cache, weights, context_lens,
+                                     block_table, schedule_meta, max_context_len, topk,
+                                     cache_slots, return_values, indices), q, return_values)
+
+
+@_paged_mqa_topk.register_fake
+def _(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+      topk, cache_slots, return_values, indices):
+    return _fake_selection(q, q.shape[0] * q.shape[1], topk, return_values)
+
+
 # ---- what the public functions call while torch.compile traces ------------------------------
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
@@ -176,6 +238,28 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
                          max_context_len, clean_logits, indices):
     return _fp8_paged_mqa_logits(*_split(q), kv_cache, weights, context_lens, block_table,
                                  schedule_meta, max_context_len, clean_logits, indices)
+
+
+def topk_per_row(logits, starts, ends, topk, compressed, absolute_indices, return_values):
+    indices, values = _topk_per_row(logits, starts, ends, topk, compressed, absolute_indices,
+                                    return_values)
+    return (indices, values) if return_values else indices
+
+
+def mqa_topk(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk, absolute_indices,
+             return_values, schedule_meta):
+    indices, values = _mqa_topk(*_split(q), *_split(kv), weights, cu_seq_len_k_start,
+                                cu_seq_len_k_end, topk, absolute_indices, return_values,
+                                schedule_meta)
+    return (indices, values) if return_values else indices
+
+
+def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                   max_context_len, topk, cache_slots, return_values, indices):
+    out, values = _paged_mqa_topk(*_split(q), kv_cache, weights, context_lens, block_table,
+                                  schedule_meta, max_context_len, topk, cache_slots,
+                                  return_values, indices)
+    return (out, values) if return_values else out
 
 
 get_mqa_logits_metadata = _get_mqa_logits_metadata

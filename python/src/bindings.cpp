@@ -146,6 +146,69 @@ void prefill_metadata(nb::handle k_start, nb::handle k_end, std::int64_t seq_len
                               to_stream(stream));
 }
 
+void per_row_topk(nb::handle logits, nb::handle starts, nb::handle ends, std::int64_t topk,
+                  nb::handle topk_indices, nb::handle values, bool compressed,
+                  bool absolute_indices, std::uintptr_t stream) {
+  const ml::TensorView logits_view = view_of(logits, "logits");
+  const std::optional<ml::TensorView> starts_view = optional_view(starts, "starts");
+  const ml::TensorView ends_view = view_of(ends, "ends");
+  const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
+  ml::TopkPerRowOptions options;
+  options.compressed = compressed;
+  options.absolute_indices = absolute_indices;
+  options.values = optional_view(values, "values");
+  options.stream = to_stream(stream);
+
+  nb::gil_scoped_release release;
+  ml::topk_per_row(logits_view, starts_view, ends_view, topk, indices_view, options);
+}
+
+void prefill_topk(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle kv_scales,
+                  nb::handle weights, nb::handle k_start, nb::handle k_end, std::int64_t topk,
+                  nb::handle topk_indices, nb::handle workspace, nb::handle values,
+                  bool absolute_indices, nb::handle schedule_meta, std::uintptr_t stream) {
+  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
+  const ml::QuantizedTensor kv_view = quantized(kv, kv_scales, "kv", "kv_scales");
+  const ml::TensorView weights_view = view_of(weights, "weights");
+  const ml::TensorView start_view = view_of(k_start, "cu_seq_len_k_start");
+  const ml::TensorView end_view = view_of(k_end, "cu_seq_len_k_end");
+  const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
+  const ml::TensorView workspace_view = view_of(workspace, "workspace");
+  ml::MqaTopkOptions options;
+  options.absolute_indices = absolute_indices;
+  options.values = optional_view(values, "values");
+  options.schedule_meta = optional_view(schedule_meta, "schedule_meta");
+  options.stream = to_stream(stream);
+
+  nb::gil_scoped_release release;
+  ml::mqa_topk(q_view, kv_view, weights_view, start_view, end_view, topk, indices_view,
+               workspace_view, options);
+}
+
+void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::handle weights,
+                nb::handle context_lens, nb::handle block_table, nb::handle schedule_meta,
+                std::int64_t max_context_len, std::int64_t topk, nb::handle topk_indices,
+                nb::handle workspace, nb::handle values, bool cache_slots, nb::handle indices,
+                std::uintptr_t stream) {
+  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
+  const ml::TensorView cache_view = view_of(kv_cache, "kv_cache");
+  const ml::TensorView weights_view = view_of(weights, "weights");
+  const ml::TensorView lens_view = view_of(context_lens, "context_lens");
+  const ml::TensorView table_view = view_of(block_table, "block_table");
+  const ml::TensorView meta_view = view_of(schedule_meta, "schedule_meta");
+  const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
+  const ml::TensorView workspace_view = view_of(workspace, "workspace");
+  ml::PagedMqaTopkOptions options;
+  options.cache_slots = cache_slots;
+  options.values = optional_view(values, "values");
+  options.indices = optional_view(indices, "indices");
+  options.stream = to_stream(stream);
+
+  nb::gil_scoped_release release;
+  ml::paged_mqa_topk(q_view, cache_view, weights_view, lens_view, table_view, meta_view,
+                     max_context_len, topk, indices_view, workspace_view, options);
+}
+
 // ---- the API table (api_table.hpp) ----
 
 thread_local std::string table_message;
@@ -277,6 +340,29 @@ NB_MODULE(_C, m) {
   m.def("get_mqa_logits_metadata", &prefill_metadata, nb::arg("cu_seq_len_k_start"),
         nb::arg("cu_seq_len_k_end"), nb::arg("seq_len_kv"), nb::arg("num_heads"), nb::arg("out"),
         nb::arg("stream"), "Prefill schedule metadata into `out` (int32 [get_num_sms() + 1, 2]).");
+
+  m.attr("MAX_TOPK") = ml::kMaxTopk;
+  m.def("mqa_topk_workspace_bytes", &ml::mqa_topk_workspace_bytes, nb::arg("seq_len"),
+        nb::arg("seq_len_kv"), nb::arg("topk"), "Bytes of the workspace mqa_topk needs.");
+  m.def("paged_mqa_topk_workspace_bytes", &ml::paged_mqa_topk_workspace_bytes,
+        nb::arg("num_rows"), nb::arg("max_context_len"), nb::arg("topk"),
+        "Bytes of the workspace paged_mqa_topk needs.");
+  m.def("topk_per_row", &per_row_topk, nb::arg("logits"), nb::arg("starts").none(),
+        nb::arg("ends"), nb::arg("topk"), nb::arg("topk_indices"), nb::arg("values").none(),
+        nb::arg("compressed"), nb::arg("absolute_indices"), nb::arg("stream"),
+        "Top-k indices of logits rows into the preallocated int32 `topk_indices` [R, topk].");
+  m.def("mqa_topk", &prefill_topk, nb::arg("q"), nb::arg("q_scales").none(), nb::arg("kv"),
+        nb::arg("kv_scales").none(), nb::arg("weights"), nb::arg("cu_seq_len_k_start"),
+        nb::arg("cu_seq_len_k_end"), nb::arg("topk"), nb::arg("topk_indices"),
+        nb::arg("workspace"), nb::arg("values").none(), nb::arg("absolute_indices"),
+        nb::arg("schedule_meta").none(), nb::arg("stream"),
+        "Prefill top-k key indices into the preallocated `topk_indices` [S, topk].");
+  m.def("paged_mqa_topk", &paged_topk, nb::arg("q"), nb::arg("q_scales").none(),
+        nb::arg("kv_cache"), nb::arg("weights"), nb::arg("context_lens"), nb::arg("block_table"),
+        nb::arg("schedule_meta"), nb::arg("max_context_len"), nb::arg("topk"),
+        nb::arg("topk_indices"), nb::arg("workspace"), nb::arg("values").none(),
+        nb::arg("cache_slots"), nb::arg("indices").none(), nb::arg("stream"),
+        "Decode top-k key positions (or cache slots) into `topk_indices` [B * N, topk].");
 
   m.def(
       "api_table",
