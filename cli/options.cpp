@@ -103,6 +103,10 @@ const std::vector<OptionSpec>& option_specs() {
       {"--no-clean", Scope::kBoth, "",
        "leave logits outside the windows unspecified (default: -inf)",
        set_switch([](Options& o) { o.clean_logits = false; })},
+      {"--topk", Scope::kBoth, "K",
+       "also run the top-k operation (k 1 to 2048), timed, its indices checked\n"
+       "on the verified rows against the top-k of the logits (default: off)",
+       set_int(&Options::topk, std::int64_t{1})},
       {"--iters", Scope::kBoth, "K", "timed calls; the median is reported (default 50 GPU, 3 CPU)",
        [](Options& o, auto f, auto v) { o.iters = parse_int<int>(f, v, 1); }},
       {"--verify-rows", Scope::kBoth, "R",
@@ -196,6 +200,9 @@ void check_window_flags(Options& options) {
   const bool packed = options.windows == WindowKind::kPacked;
   const bool sliding = options.windows == WindowKind::kSliding;
   if (given("--requests") && !packed) throw UsageError("--requests: only with --windows packed");
+  if (given("--topk") && options.max_seqlen_k > 0) {
+    throw UsageError("--topk: selects over whole rows, not with --max-seqlen-k");
+  }
   if (given("--window") && !sliding) throw UsageError("--window: only with --windows sliding");
   if (sliding && !given("--window")) {
     throw UsageError("--windows sliding: expected --window N (keys per window)");

@@ -42,6 +42,8 @@ struct Options {
   std::int64_t avg_context = 8192;
   int block_kv = 64;
 
+  std::int64_t topk = 0;  // > 0: also the top-k operation, with this k
+
   std::optional<int> iters;  // unset: a default per device
   std::int64_t verify_rows = 32;
   std::uint64_t seed = 1;

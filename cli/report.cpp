@@ -206,12 +206,21 @@ void print_report(std::FILE* out, const Options& options, const RunResult& r) {
       row(i == 0 ? "verify" : "", describe_check(r.checks[i]));
     }
   }
+  if (r.topk) {
+    row("top-k", format_string("k %lld: %s per call (median); %lld of %lld sampled rows "
+                               "identical to the top-k of the logits",
+                               ll(r.topk->topk), format_seconds(r.topk->seconds_per_call).c_str(),
+                               ll(r.topk->rows_checked - r.topk->rows_mismatched),
+                               ll(r.topk->rows_checked)));
+  }
   switch (r.verdict()) {
     case Verdict::kPassed:
       row("result", "PASS");
       break;
     case Verdict::kFailed:
-      row("result", "FAIL: the output does not match the formula");
+      row("result", r.checks.empty() || std::all_of(r.checks.begin(), r.checks.end(), [](const Check& c) { return c.result.ok; })
+                        ? "FAIL: the top-k indices are not the top-k of the logits"
+                        : "FAIL: the output does not match the formula");
       break;
     case Verdict::kNotVerified:
       row("result", not_verified_reason(r));
@@ -261,6 +270,17 @@ void write_json(const std::string& path, const Options& options, const RunResult
     json.end('}');
   }
   json.end(']');
+  json.key("topk");
+  if (r.topk) {
+    json.begin('{');
+    json.key("k").value(ll(r.topk->topk));
+    json.key("seconds_per_call_median").value(r.topk->seconds_per_call);
+    json.key("rows_checked").value(ll(r.topk->rows_checked));
+    json.key("rows_mismatched").value(ll(r.topk->rows_mismatched));
+    json.end('}');
+  } else {
+    json.value(std::optional<double>());
+  }
   json.key("verified").value(r.verdict() == Verdict::kPassed);
   json.key("result").value(verdict_name(r.verdict()));
   json.end('}');

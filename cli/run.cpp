@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "support/topk_oracle.hpp"
 #include "text.hpp"
 
 namespace mqa_logits::cli {
@@ -135,6 +136,106 @@ void call(const support::PagedWorkload& w, const support::PagedInputs& in, const
   options.stream = stream;
   paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
                    w.max_context_len, logits, options);
+}
+
+void call_topk(const support::PrefillWorkload&, const support::PrefillInputs& in,
+               const std::optional<TensorView>& meta, std::int64_t topk,
+               const TensorView& indices, const TensorView& workspace, cudaStream_t stream) {
+  MqaTopkOptions options;
+  options.schedule_meta = meta;
+  options.stream = stream;
+  mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, topk, indices, workspace, options);
+}
+
+void call_topk(const support::PagedWorkload& w, const support::PagedInputs& in,
+               const TensorView& meta, std::int64_t topk, const TensorView& indices,
+               const TensorView& workspace, cudaStream_t stream) {
+  PagedMqaTopkOptions options;
+  options.indices = in.options.indices;
+  options.stream = stream;
+  paged_mqa_topk(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta,
+                 w.max_context_len, topk, indices, workspace, options);
+}
+
+std::int64_t topk_workspace_bytes(const support::PrefillWorkload& w, std::int64_t topk) {
+  return mqa_topk_workspace_bytes(w.spec.seq_len, w.spec.seq_len_kv, topk);
+}
+
+std::int64_t topk_workspace_bytes(const support::PagedWorkload& w, std::int64_t topk) {
+  return paged_mqa_topk_workspace_bytes(w.num_rows, w.max_context_len, topk);
+}
+
+// The oracle's selection of one row of host logits (full rows), as the operation reports it.
+std::vector<std::int64_t> expected_topk(const support::PrefillWorkload& w, const void* row_logits,
+                                        std::int64_t row, std::int64_t topk) {
+  const std::int64_t start = w.k_start()[static_cast<std::size_t>(row)];
+  const std::int64_t first = std::clamp<std::int64_t>(start, 0, w.spec.seq_len_kv);
+  const std::int64_t last =
+      std::clamp<std::int64_t>(w.k_end()[static_cast<std::size_t>(row)], first, w.spec.seq_len_kv);
+  auto columns = support::oracle_topk_columns(row_logits, w.spec.logits_dtype, first,
+                                              last - first, topk);
+  for (auto& c : columns) c -= start;
+  return columns;
+}
+
+std::vector<std::int64_t> expected_topk(const support::PagedWorkload& w, const void* row_logits,
+                                        std::int64_t row, std::int64_t topk) {
+  const auto table = w.block_table();
+  const std::int64_t table_row = w.table_row(row);
+  const std::int64_t length = std::clamp<std::int64_t>(
+      w.context_length(row), 0, std::min(w.max_context_len, w.max_blocks * w.spec.block_kv));
+  return support::oracle_topk_columns(
+      row_logits, w.spec.logits_dtype, 0, length, topk, [&](std::int64_t p) {
+        const std::int32_t id =
+            table[static_cast<std::size_t>(table_row * w.max_blocks + p / w.spec.block_kv)];
+        return id < 0 || id >= w.num_blocks;
+      });
+}
+
+// The top-k operation on the run's inputs: timed, and its sampled rows against the oracle over
+// the logits the run read back.
+template <typename Workload, typename Inputs, typename Meta>
+TopkResult run_topk(const Workload& w, const Inputs& in, const Meta& meta,
+                    const std::vector<std::byte>& host_logits, const Options& options,
+                    Executor& executor, Progress& progress) {
+  TopkResult result;
+  result.topk = options.topk;
+  const std::int64_t rows = w.layout.rows;
+  const auto index_bytes = static_cast<std::size_t>(rows * options.topk) * sizeof(std::int32_t);
+  void* indices = executor.allocate_poisoned(index_bytes);
+  const auto workspace_bytes = topk_workspace_bytes(w, options.topk);
+  void* workspace = executor.allocate_poisoned(static_cast<std::size_t>(workspace_bytes));
+  const TensorView indices_view =
+      TensorView::contiguous(indices, DType::kInt32, {rows, options.topk}, executor.device());
+  const TensorView workspace_view =
+      TensorView::contiguous(workspace, DType::kUInt8, {workspace_bytes}, executor.device());
+  const auto enqueue = [&] {
+    call_topk(w, in, meta, options.topk, indices_view, workspace_view, executor.stream());
+  };
+  const CallTiming timing = executor.time_calls(
+      enqueue, options.iters.value_or(executor.default_iters()),
+      {progress, std::string("top-k"), std::nullopt});
+  std::vector<double> seconds = timing.seconds;
+  std::sort(seconds.begin(), seconds.end());
+  result.seconds_per_call = seconds[seconds.size() / 2];
+
+  const std::vector<std::byte> host_indices = executor.read_back(indices, index_bytes);
+  const auto* got = reinterpret_cast<const std::int32_t*>(host_indices.data());
+  const std::size_t element = dtype_size(w.spec.logits_dtype);
+  for (const std::int64_t row : support::sample_rows(rows, options.verify_rows, options.seed)) {
+    const auto want = expected_topk(
+        w, host_logits.data() + static_cast<std::size_t>(row * w.layout.row_stride) * element,
+        row, options.topk);
+    bool same = true;
+    for (std::int64_t i = 0; i < options.topk; ++i) {
+      const std::int64_t expected =
+          i < static_cast<std::int64_t>(want.size()) ? want[static_cast<std::size_t>(i)] : -1;
+      same = same && got[row * options.topk + i] == expected;
+    }
+    ++result.rows_checked;
+    result.rows_mismatched += same ? 0 : 1;
+  }
+  return result;
 }
 
 // In-window elements of output rows [first, end).
@@ -324,6 +425,9 @@ RunResult run_workload(const Workload& workload, const Options& options, Executo
   // The buffer holds the last call's output; anything no call wrote is still NaN poison.
   const std::vector<std::byte> host_logits = executor.read_back(logits, workload.logits_bytes());
   result.checks = verify(workload, host_logits, options, progress);
+  if (options.topk > 0) {
+    result.topk = run_topk(workload, inputs, meta, host_logits, options, executor, progress);
+  }
   progress.finish();
   return result;
 }
@@ -351,6 +455,7 @@ Verdict RunResult::verdict() const {
   const auto failed = [](const Check& c) { return !c.result.ok; };
   const auto compared = [](const Check& c) { return c.result.elements_checked > 0; };
   if (std::any_of(checks.begin(), checks.end(), failed)) return Verdict::kFailed;
+  if (topk && topk->rows_mismatched > 0) return Verdict::kFailed;
   if (checks.empty() || !std::all_of(checks.begin(), checks.end(), compared)) {
     return Verdict::kNotVerified;
   }

@@ -27,6 +27,14 @@ struct Check {
 // which is not a pass.
 enum class Verdict : std::uint8_t { kPassed, kFailed, kNotVerified };
 
+// The top-k operation of a run (--topk): its time, and its sampled rows against the oracle's.
+struct TopkResult {
+  std::int64_t topk = 0;
+  double seconds_per_call = 0.0;  // median
+  std::int64_t rows_checked = 0;
+  std::int64_t rows_mismatched = 0;
+};
+
 struct RunResult {
   std::string shape;     // human-readable problem description
   std::string executor;  // Executor::description()
@@ -41,6 +49,7 @@ struct RunResult {
   double bytes = 0.0;      // inputs read once plus outputs written
   std::optional<DeviceRates> rates;
   std::vector<Check> checks;  // empty when no rows were verified
+  std::optional<TopkResult> topk;
 
   Verdict verdict() const;
   double pairs_per_second() const { return pairs / seconds_per_call; }

@@ -444,5 +444,19 @@ TEST(CliProgram, VerifiedRunPassesWithEveryCheckLineOk) {
   EXPECT_TRUE(contains(outcome.err, "decode: call 2 of 2 (about "));
 }
 
+TEST(CliProgram, TopkRunsTimedAndChecked) {
+  for (const char* operation : {"prefill", "decode"}) {
+    const Outcome outcome = run_cli(tiny(operation, {"--topk", "40", "--json", "-"}));
+    EXPECT_EQ(outcome.status, 0) << outcome.err;
+    EXPECT_TRUE(contains(outcome.err, "k 40: ")) << outcome.err;
+    const std::string rows = std::string(operation) == "prefill" ? "4 of 4" : "2 of 2";
+    EXPECT_TRUE(contains(outcome.err, rows + " sampled rows identical")) << outcome.err;
+    EXPECT_TRUE(contains(outcome.out, "\"rows_mismatched\": 0"));
+  }
+  const Outcome refused = run_cli({"prefill", "--topk", "5", "--max-seqlen-k", "64"});
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_TRUE(contains(refused.err, "--topk: selects over whole rows"));
+}
+
 }  // namespace
 }  // namespace mqa_logits::cli
