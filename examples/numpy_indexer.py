@@ -16,7 +16,7 @@ then runs
      against a paged KV cache written with `write_paged_kv_cache`, `fp8_fp4_paged_mqa_logits`;
 
 each feeding a top-2048 selection, and checks the logits against the float64 formula on the
-unquantized inputs with the bound of the project's SPEC (1e-3; MXFP4 2e-2).
+unquantized inputs with the bound of docs/contract.md, "Numerics" (1e-3; MXFP4 2e-2).
 
     python examples/numpy_indexer.py [--format fp8|mxfp8|mxfp4]
 """
@@ -32,7 +32,7 @@ HEADS = 64
 HEAD_DIM = 128
 TOPK = 2048
 BLOCK_KV = 64
-SPEC_BOUND = {"fp8": 1e-3, "mxfp8": 1e-3, "mxfp4": 2e-2}
+CONTRACT_BOUND = {"fp8": 1e-3, "mxfp8": 1e-3, "mxfp4": 2e-2}
 
 
 def bf16(x):
@@ -103,7 +103,7 @@ def prefill_chunk(rng, fmt, prefix, chunk):
     inside = np.arange(num_keys)[None, :] < ends[:, None]
     assert np.array_equal(np.isneginf(logits), ~inside), "-inf must be exactly the outside"
     diff = spec_diff(logits[inside], formula(queries, keys, weights)[inside])
-    assert diff < SPEC_BOUND[fmt], f"prefill logits differ from the formula: diff {diff:.3g}"
+    assert diff < CONTRACT_BOUND[fmt], f"prefill logits differ from the formula: diff {diff:.3g}"
     print(f"prefill: {fmt}, {chunk} queries x {num_keys} keys -> logits {logits.shape} in "
           f"{ms:.1f} ms, diff {diff:.2e} from the unquantized formula; top-"
           f"{indices.shape[1]} of the last query: {indices[-1, :5].tolist()} ...")
@@ -147,7 +147,7 @@ def decode_step(rng, fmt, batch, max_len, next_n):
         actual.append(logits[r, :length])
         expected.append(formula(queries[b, t][None], sequences[b][:length], weights[r:r + 1])[0])
     diff = spec_diff(np.concatenate(actual), np.concatenate(expected))
-    assert diff < SPEC_BOUND[fmt], f"decode logits differ from the formula: diff {diff:.3g}"
+    assert diff < CONTRACT_BOUND[fmt], f"decode logits differ from the formula: diff {diff:.3g}"
     print(f"decode: {fmt}, {batch} sequences x {next_n} tokens, contexts up to {max_len} -> "
           f"logits {logits.shape} in {ms:.1f} ms, diff {diff:.2e} from the unquantized "
           f"formula; top-{indices.shape[1]} of row 0: {indices[0, :5].tolist()} ...")
@@ -155,7 +155,7 @@ def decode_step(rng, fmt, batch, max_len, next_n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--format", choices=sorted(SPEC_BOUND), default="fp8")
+    parser.add_argument("--format", choices=sorted(CONTRACT_BOUND), default="fp8")
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
     rng = np.random.default_rng(options.seed)

@@ -70,35 +70,58 @@ def topk_per_row(logits: Tensor, starts: Optional[Tensor], ends: Tensor, topk: i
                  return_values: bool = False) -> Selection:
     """Top-k key indices of every row of logits the caller holds.
 
+    Each row selects the ``topk`` keys of largest logit, ties to the lower key, never a key
+    whose logit is -inf or NaN; its indices come in ascending key order, then -1 where the
+    window holds fewer selectable keys. CPU and GPU give the same rows, bitwise.
+
     Args:
         logits: ``[R, C]`` float32 or bfloat16, last dim contiguous: full prefill rows (column c
-            is key c), compressed rows (``compressed=True``: column c is key ``starts[i] + c``)
-            or decode rows.
-        starts: ``[R]`` int32 window starts, or None (every row starts at key 0).
-        ends: ``[R]`` int32; row i selects among keys ``max(starts[i], 0) <= j < ends[i]`` that
-            have a column (decode rows: the row lengths).
-        topk: 1 to 2048.
-        compressed: the rows are compressed (``max_seqlen_k``) output.
-        absolute_indices: indices are keys; by default ``key - starts[i]``.
-        return_values: also return the selected logits (float32).
+            is key c), compressed rows (column c is key ``starts[i] + c``) or decode rows, as
+            the logits functions return them.
+        starts: ``[R]`` int32 window starts, or None (every row starts at key 0: decode rows).
+        ends: ``[R]`` int32; row i selects among the keys ``max(starts[i], 0) <= j < ends[i]``
+            that have a column (decode rows: the row lengths).
+        topk: keys a row selects, 1 to 2048.
+        compressed: the rows are compressed (``max_seqlen_k``) output, whose column c is key
+            ``starts[i] + c``. Default False.
+        absolute_indices: indices are keys; otherwise ``key - starts[i]`` (the column of
+            compressed output). Default False.
+        return_values: also return the selected logits (float32, -inf at the -1 indices).
+            Default False.
 
     Returns:
-        int32 ``[R, topk]`` indices (and float32 ``[R, topk]`` values) on the logits' device.
+        int32 ``[R, topk]`` indices, and with return_values float32 ``[R, topk]`` values, on
+        the logits' device and of their framework.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"ends: expected dtype int32,
+            got int64"``.
+        ValueError: any other invalid input, e.g. ``"topk: expected 1 <= topk <= 2048, got
+            0"``. Nothing is launched or written on refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits
+        >>> logits = np.array([[0.5, 3.0, -np.inf, 3.0, 1.0]], np.float32)
+        >>> mqa_logits.topk_per_row(logits, None, np.array([5], np.int32), 3)
+        array([[1, 3, 4]], dtype=int32)
     """
+
     if _compiling():
         return _torch_ops.topk_per_row(logits, starts, ends, topk, compressed, absolute_indices,
                                        return_values)
+    with_values = as_bool("return_values", return_values)
     logits_array = describe("logits", logits, _LOGITS)
     starts_array = describe_optional("starts", starts, INT32)
     ends_array = describe("ends", ends, INT32)
     k = as_int("topk", topk)
     with _PER_ROW_WORDS:
         indices, indices_array, values, values_array = _outputs(
-            logits, leading_size(logits_array, 1), k, return_values)
+            logits, leading_size(logits_array, 1), k, with_values)
         _C.topk_per_row(logits_array, starts_array, ends_array, k, indices_array, values_array,
                         as_bool("compressed", compressed),
                         as_bool("absolute_indices", absolute_indices), stream_of(logits_array))
-    return (indices, values) if return_values else indices
+    return (indices, values) if with_values else indices
 
 
 def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
@@ -106,16 +129,54 @@ def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
              return_values: bool = False, schedule_meta: Optional[Tensor] = None) -> Selection:
     """Prefill top-k: each query row's ``topk`` best keys, without returning the logits.
 
-    Arguments as :func:`fp8_fp4_mqa_logits` (FP8, MXFP8 or MXFP4 operands; float32 or bfloat16
-    weights), then ``topk`` (1 to 2048). Indices are ``key - cu_seq_len_k_start[i]`` (as vLLM and
-    SGLang consume them), or keys with ``absolute_indices``.
+    The selected set is the top-k of exactly the logits :func:`fp8_fp4_mqa_logits` returns for
+    the same inputs (float32, or bfloat16 with bfloat16 weights), with the rules of
+    :func:`topk_per_row`: ties to the lower key, ascending key order, -1 past the window.
+
+    Args:
+        q: ``[S, H, D]`` queries as :func:`fp8_fp4_mqa_logits` takes them (FP8 values, or an
+            MX ``(values, scales)`` pair).
+        kv: ``(values, scales)`` of the ``T`` keys, as :func:`fp8_fp4_mqa_logits` takes them.
+        weights: ``[S, H]`` float32 or bfloat16 per-head weights; last dim contiguous.
+        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
+        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window.
+        topk: keys a row selects, 1 to 2048.
+        absolute_indices: indices are keys; otherwise ``key - cu_seq_len_k_start[i]``, as vLLM
+            and SGLang consume them. Default False.
+        return_values: also return the selected logits (float32). Default False.
+        schedule_meta: optional result of :func:`get_mqa_logits_metadata` for these windows.
+            Default None.
 
     Returns:
-        int32 ``[S, topk]`` indices (and float32 values with ``return_values``).
+        int32 ``[S, topk]`` indices (and float32 ``[S, topk]`` values with return_values) on
+        q's device. The call uses a workspace of the logits' size, allocated with q's framework.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"weights: expected dtype
+            float32 or bfloat16, got int32"``.
+        ValueError: any other invalid input, e.g. ``"topk: expected 1 <= topk <= 2048, got
+            0"``. Nothing is launched or written on refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits
+        >>> rng = np.random.default_rng(0)
+        >>> S, T, H, D = 4, 300, 8, 64
+        >>> q, q_scales = mqa_logits.quantize_fp8(rng.standard_normal((S, H * D)))
+        >>> k, k_scales = mqa_logits.quantize_fp8(rng.standard_normal((T, D)))
+        >>> weights = (rng.standard_normal((S, H)) * q_scales[:, None]).astype(np.float32)
+        >>> starts = np.zeros(S, np.int32)
+        >>> ends = np.arange(T - S + 1, T + 1, dtype=np.int32)
+        >>> top = mqa_logits.mqa_topk(q.reshape(S, H, D), (k, k_scales), weights, starts, ends,
+        ...                           topk=64)
+        >>> top.shape, top.dtype, bool((np.diff(top, axis=1) > 0).all())
+        ((4, 64), dtype('int32'), True)
     """
+
     if _compiling():
         return _torch_ops.mqa_topk(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk,
                                    absolute_indices, return_values, schedule_meta)
+    with_values = as_bool("return_values", return_values)
     q_values, q_array, q_scales = operand("q", q, Q_SCALES)
     _, kv_array, kv_scales = operand("kv", kv, KV_SCALES)
     weights_array = describe("weights", weights, WEIGHTS)
@@ -126,11 +187,11 @@ def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
     with _PREFILL_WORDS:
         rows, keys = leading_size(q_array, 1), leading_size(kv_array, 1)
         _, workspace_array = _workspace(q_values, _C.mqa_topk_workspace_bytes(rows, keys, k))
-        indices, indices_array, values, values_array = _outputs(q_values, rows, k, return_values)
+        indices, indices_array, values, values_array = _outputs(q_values, rows, k, with_values)
         _C.mqa_topk(q_array, q_scales, kv_array, kv_scales, weights_array, start, end, k,
                     indices_array, workspace_array, values_array,
                     as_bool("absolute_indices", absolute_indices), meta, stream_of(q_array))
-    return (indices, values) if return_values else indices
+    return (indices, values) if with_values else indices
 
 
 def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor,
@@ -139,17 +200,62 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
                    indices: Optional[Tensor] = None) -> Selection:
     """Decode top-k: each row's ``topk`` best key positions, without returning the logits.
 
-    Arguments as :func:`fp8_fp4_paged_mqa_logits`, then ``topk`` (1 to 2048). Indices are key
-    positions p, or with ``cache_slots`` the slots ``block_table[b, p // block_kv] * block_kv +
-    p % block_kv`` that sparse decode attention reads.
+    The selected set is the top-k of exactly the logits :func:`fp8_fp4_paged_mqa_logits`
+    returns for the same inputs, with the rules of :func:`topk_per_row`; a key in a block whose
+    id is outside the cache is never selected.
+
+    Args:
+        q: ``[B, N, H, D]`` queries as :func:`fp8_fp4_paged_mqa_logits` takes them.
+        kv_cache: the fused paged cache ``[num_blocks, block_kv, 1, D + 4]`` of bytes.
+        weights: ``[B * N, H]`` float32 or bfloat16 per-head weights.
+        context_lens: ``[B]`` or ``[B, N]`` int32 context lengths, as for the logits.
+        block_table: ``[B, max_blocks]`` int32 block ids of each sequence.
+        schedule_meta: the result of :func:`get_paged_mqa_logits_metadata` for these lengths.
+        max_context_len: the logits' width; a row's keys are clamped to it.
+        topk: keys a row selects, 1 to 2048.
+        cache_slots: indices are the slots ``block_table[b, p // block_kv] * block_kv + p %
+            block_kv`` that sparse decode attention reads; otherwise the positions p. Default
+            False.
+        return_values: also return the selected logits (float32). Default False.
+        indices: ``[B]`` int32 sequence labels of the varlen form (next_n 1), as for the
+            logits. Default None.
 
     Returns:
-        int32 ``[B * N, topk]`` indices (and float32 values with ``return_values``).
+        int32 ``[B * N, topk]`` indices (and float32 values with return_values) on q's device.
+        The call uses a workspace of the logits' size, allocated with q's framework.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"block_table: expected dtype
+            int32, got float32"``.
+        ValueError: any other invalid input, e.g. ``"topk: expected 1 <= topk <= 2048, got
+            0"``. Nothing is launched or written on refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits
+        >>> rng = np.random.default_rng(0)
+        >>> B, H, D, block_kv, blocks = 2, 8, 64, 64, 4
+        >>> cache = np.zeros((blocks, block_kv, 1, D + 4), np.uint8)
+        >>> table = np.array([[0, 1], [2, 3]], np.int32)
+        >>> for b in range(B):
+        ...     keys = mqa_logits.quantize_fp8(rng.standard_normal((2 * block_kv, D)))
+        ...     mqa_logits.write_paged_kv_cache(cache, keys, table[b])
+        >>> q, q_scales = mqa_logits.quantize_fp8(rng.standard_normal((B, H * D)))
+        >>> weights = (rng.standard_normal((B, H)) * q_scales[:, None]).astype(np.float32)
+        >>> lens = np.array([100, 128], np.int32)
+        >>> meta = mqa_logits.get_paged_mqa_logits_metadata(lens, block_kv,
+        ...                                                 mqa_logits.get_num_sms())
+        >>> top = mqa_logits.paged_mqa_topk(q.reshape(B, 1, H, D), cache, weights, lens, table,
+        ...                                 meta, 128, topk=16, cache_slots=True)
+        >>> top.shape, bool((top[0] < 2 * block_kv).all()), bool((top[1] >= 2 * block_kv).all())
+        ((2, 16), True, True)
     """
+
     if _compiling():
         return _torch_ops.paged_mqa_topk(q, kv_cache, weights, context_lens, block_table,
                                          schedule_meta, max_context_len, topk, cache_slots,
                                          return_values, indices)
+    with_values = as_bool("return_values", return_values)
     q_values, q_array, q_scales = operand("q", q, Q_SCALES)
     cache = byte_view("kv_cache", kv_cache)
     weights_array = describe("weights", weights, WEIGHTS)
@@ -163,8 +269,8 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
         rows = leading_size(q_array, 2)
         _, workspace_array = _workspace(q_values,
                                         _C.paged_mqa_topk_workspace_bytes(rows, width, k))
-        out, out_array, values, values_array = _outputs(q_values, rows, k, return_values)
+        out, out_array, values, values_array = _outputs(q_values, rows, k, with_values)
         _C.paged_mqa_topk(q_array, q_scales, cache, weights_array, lens, table, meta, width, k,
                           out_array, workspace_array, values_array,
                           as_bool("cache_slots", cache_slots), indices_array, stream_of(q_array))
-    return (out, values) if return_values else out
+    return (out, values) if with_values else out

@@ -63,6 +63,18 @@ OWN_SIGNATURES = {
     "write_paged_kv_cache": [("kv_cache", REQUIRED), ("kv", REQUIRED),
                              ("block_table_row", REQUIRED), ("start", 0)],
     "cuda_backend_available": [],
+    "topk_per_row": [("logits", REQUIRED), ("starts", REQUIRED), ("ends", REQUIRED),
+                     ("topk", REQUIRED), ("compressed", False), ("absolute_indices", False),
+                     ("return_values", False)],
+    "mqa_topk": [("q", REQUIRED), ("kv", REQUIRED), ("weights", REQUIRED),
+                 ("cu_seq_len_k_start", REQUIRED), ("cu_seq_len_k_end", REQUIRED),
+                 ("topk", REQUIRED), ("absolute_indices", False), ("return_values", False),
+                 ("schedule_meta", None)],
+    "paged_mqa_topk": [("q", REQUIRED), ("kv_cache", REQUIRED), ("weights", REQUIRED),
+                       ("context_lens", REQUIRED), ("block_table", REQUIRED),
+                       ("schedule_meta", REQUIRED), ("max_context_len", REQUIRED),
+                       ("topk", REQUIRED), ("cache_slots", False), ("return_values", False),
+                       ("indices", None)],
 }
 PUBLIC_FUNCTIONS = sorted({**SIGNATURES, **OWN_SIGNATURES})
 

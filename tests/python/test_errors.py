@@ -270,6 +270,57 @@ CASES = (
     ]]
 )
 
+# ---- the top-k functions: the logits functions' cases for the arguments they share ----------
+
+def with_topk(base, topk=16):
+    return lambda rng: dict(base(rng), topk=topk)
+
+
+def per_row_base(rng):
+    return dict(logits=rng.standard_normal((6, 50)).astype(np.float32),
+                starts=np.zeros(6, np.int32), ends=np.full(6, 50, np.int32), topk=8)
+
+
+TOPK_CASES = [
+    ("topk", "is 0", lambda a: dict(a, topk=0), ValueError),
+    ("topk", "is 2049", lambda a: dict(a, topk=2049), ValueError),
+    ("topk", "is a float", lambda a: dict(a, topk=8.0), TypeError),
+    ("return_values", "is a string", lambda a: dict(a, return_values="yes"), TypeError),
+]
+
+SHARED_WITH_LOGITS = ("clean_logits", "max_seqlen_k")
+
+CASES += (
+    [("mqa_topk", argument, description, with_topk(base), mutate, error, prefix)
+     for argument, description, base, mutate, error, prefix in PREFILL_CASES
+     if argument not in SHARED_WITH_LOGITS]
+    + [("mqa_topk", argument, description, with_topk(prefill_base()), mutate, error, None)
+       for argument, description, mutate, error in TOPK_CASES + [
+           ("absolute_indices", "is a string", lambda a: dict(a, absolute_indices="no"),
+            TypeError),
+           ("schedule_meta", "has the wrong shape",
+            lambda a: dict(a, schedule_meta=np.zeros((1, 2), np.int32)), ValueError)]]
+    + [("paged_mqa_topk", argument, description, with_topk(base), mutate, error, prefix)
+       for argument, description, base, mutate, error, prefix in PAGED_CASES
+       if argument not in SHARED_WITH_LOGITS]
+    + [("paged_mqa_topk", argument, description, with_topk(paged_base()), mutate, error, None)
+       for argument, description, mutate, error in TOPK_CASES + [
+           ("cache_slots", "is a list", lambda a: dict(a, cache_slots=[1]), TypeError)]]
+    + [("topk_per_row", argument, description, per_row_base, mutate, error, None)
+       for argument, description, mutate, error in TOPK_CASES + [
+           ("logits", "is int32", lambda a: dict(a, logits=a["logits"].astype(np.int32)),
+            TypeError),
+           ("logits", "is 3-D", lambda a: dict(a, logits=a["logits"][None]), ValueError),
+           ("starts", "have the wrong length", lambda a: dict(a, starts=a["starts"][1:]),
+            ValueError),
+           ("starts", "are absent for compressed rows",
+            lambda a: dict(a, starts=None, compressed=True), ValueError),
+           ("ends", "are int64", lambda a: dict(a, ends=a["ends"].astype(np.int64)), TypeError),
+           ("compressed", "is a string", lambda a: dict(a, compressed="yes"), TypeError),
+           ("absolute_indices", "is a string", lambda a: dict(a, absolute_indices="no"),
+            TypeError)]]
+)
+
 PACKAGE_ERRORS = {ValueError: mqa_logits.InvalidArgumentError,
                   TypeError: mqa_logits.InvalidTypeError}
 
