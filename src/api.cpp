@@ -269,6 +269,22 @@ void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
   launch_topk(selection, options.stream);
 }
 
+void merge_topk(const TensorView& candidate_values, const TensorView& candidate_indices,
+                std::int64_t topk, const TensorView& topk_indices,
+                const MergeTopkOptions& options) {
+  const MergeProblem problem =
+      validate_merge_topk(candidate_values, candidate_indices, topk, topk_indices, options);
+  if (problem.rows == 0) return;
+  const bool check = checks_inputs(options.check_inputs, problem.device, options.stream);
+  if (on_cuda(problem.device)) {
+    if (check) cuda_backend::check_merge_inputs(problem, options.stream);
+    cuda_backend::run_merge(problem, options.stream);
+  } else {
+    if (check) input_checks::check_merge(problem, problem.indices);
+    cpu::run_merge(problem, cpu_workers());
+  }
+}
+
 std::int64_t schedule_meta_rows(int num_sms) {
   checks::expect_in_range("num_sms", "num_sms", num_sms, 1, checks::kMaxWorkers);
   return static_cast<std::int64_t>(num_sms) + 1;

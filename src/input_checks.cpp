@@ -206,4 +206,34 @@ void check_prefill(const PrefillProblem& p) {
                        "windows, T and H");
 }
 
+void check_merge(const MergeProblem& p, const std::int32_t* indices) {
+  std::vector<std::int32_t> row_keys;
+  for (std::int64_t row = 0; row < p.rows; ++row) {
+    row_keys.clear();
+    for (std::int64_t r = 0; r < p.lists; ++r) {
+      const std::int32_t* list = indices + (r * p.rows + row) * p.candidates;
+      for (std::int64_t j = 0; j < p.candidates; ++j) {
+        const bool after_last = j > 0 && list[j - 1] < 0;
+        const bool in_order = list[j] == -1 || (list[j] >= 0 && (j == 0 || list[j] > list[j - 1]));
+        if (in_order && (!after_last || list[j] == -1)) {
+          if (list[j] >= 0) row_keys.push_back(list[j]);
+          continue;
+        }
+        checks::refuse("candidate_indices",
+                       "expected each list in ascending order, -1 after its last key, got " +
+                           std::to_string(list[j]) + " at [" + std::to_string(r) + ", " +
+                           std::to_string(row) + ", " + std::to_string(j) + "] after " +
+                           (j > 0 ? std::to_string(list[j - 1]) : std::string("nothing")));
+      }
+    }
+    std::sort(row_keys.begin(), row_keys.end());
+    const auto repeated = std::adjacent_find(row_keys.begin(), row_keys.end());
+    if (repeated != row_keys.end()) {
+      checks::refuse("candidate_indices", "expected a row's keys distinct across the lists, got " +
+                                              std::to_string(*repeated) + " twice in row " +
+                                              std::to_string(row));
+    }
+  }
+}
+
 }  // namespace mqa_logits::input_checks

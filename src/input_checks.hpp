@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "problem.hpp"
+#include "topk.hpp"
 
 namespace mqa_logits::input_checks {
 
@@ -28,6 +29,10 @@ void check_paged(const PagedProblem& problem, const PagedScales& scales);
 // `problem`'s k_start, k_end, kv_scales, schedule_meta (and q_scales for the MX formats) must be
 // readable on the host.
 void check_prefill(const PrefillProblem& problem);
+
+// Each candidate list of `indices` ([R, S, K], host memory) ascending with -1 after its last
+// candidate, and a row's indices distinct across the lists.
+void check_merge(const MergeProblem& problem, const std::int32_t* indices);
 
 // The scales of a host paged cache, as check_paged reads them.
 PagedScales host_paged_scales(const PagedProblem& problem);

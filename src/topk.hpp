@@ -45,6 +45,19 @@ struct TopkProblem {
   float* values = nullptr;          // [rows, topk] or null
 };
 
+// R candidate lists per row (merge_topk): list r of row i is [r, i, 0..K) of values and indices.
+struct MergeProblem {
+  Device device{};
+  std::int64_t lists = 0;       // R
+  std::int64_t rows = 0;        // S
+  std::int64_t candidates = 0;  // K
+  const float* values = nullptr;            // [R, S, K]
+  const std::int32_t* indices = nullptr;    // [R, S, K]
+  std::int64_t topk = 0;
+  std::int32_t* out_indices = nullptr;  // [S, topk]
+  float* out_values = nullptr;          // [S, topk] or null
+};
+
 namespace topk {
 
 // The columns [first, first + count) row `row` selects among, and what a column's index adds to

@@ -65,6 +65,11 @@ TopkProblem validate_topk_per_row(const TensorView& logits,
                                   const TensorView& topk_indices,
                                   const TopkPerRowOptions& options);
 
+MergeProblem validate_merge_topk(const TensorView& candidate_values,
+                                 const TensorView& candidate_indices, std::int64_t topk,
+                                 const TensorView& topk_indices,
+                                 const MergeTopkOptions& options);
+
 // Pieces of the fused top-k operations' validation, around validate_prefill / validate_paged of
 // their logits (written to the workspace).
 namespace topk_checks {

@@ -126,4 +126,42 @@ TopkProblem validate_topk_per_row(const TensorView& logits,
   return problem;
 }
 
+MergeProblem validate_merge_topk(const TensorView& candidate_values,
+                                 const TensorView& candidate_indices, std::int64_t topk,
+                                 const TensorView& topk_indices,
+                                 const MergeTopkOptions& options) {
+  const Arg values{candidate_values, "candidate_values"};
+  const Arg indices{candidate_indices, "candidate_indices"};
+  const Placement placement(values);
+  placement.expect_same_device(indices);
+  checks::expect_dtype(values, {DType::kFloat32});
+  checks::expect_rank(values, 3, "[R, S, K]");
+  checks::expect_contiguous(values);
+  const auto& shape = candidate_values.shape;
+  checks::expect_dtype(indices, {DType::kInt32});
+  checks::expect_shape(indices, {shape[0], shape[1], shape[2]}, "[R, S, K] (as candidate_values)");
+  checks::expect_contiguous(indices);
+  if (placement.on_cuda()) {
+    checks::expect_in_range("candidate_values", "R * K (candidates a row) on a CUDA device",
+                            shape[0] * shape[2], 0, kMaxMergeCandidatesCuda);
+  }
+  topk_checks::expect_topk(topk);
+  placement.expect_memory(values);
+  placement.expect_memory(indices);
+  topk_checks::expect_selection_outputs(placement, shape[1], topk, topk_indices, options.values,
+                                        {values, indices});
+
+  MergeProblem problem;
+  problem.device = placement.device();
+  problem.lists = shape[0];
+  problem.rows = shape[1];
+  problem.candidates = shape[2];
+  problem.values = static_cast<const float*>(candidate_values.data);
+  problem.indices = static_cast<const std::int32_t*>(candidate_indices.data);
+  problem.topk = topk;
+  problem.out_indices = static_cast<std::int32_t*>(topk_indices.data);
+  problem.out_values = options.values ? static_cast<float*>(options.values->data) : nullptr;
+  return problem;
+}
+
 }  // namespace mqa_logits

@@ -154,6 +154,79 @@ TEST(TopkPerRow, RefusesBadArgumentsAndWritesNothing) {
   for (const std::int32_t v : ends) ASSERT_EQ(v, 100);
 }
 
+// ---- merge_topk: the shards' candidates merged equal the top-k over the whole rows ----
+
+Selection run_merge(Candidates& c, std::int64_t rows, std::int64_t topk_in, std::int64_t topk) {
+  Selection out = poisoned_selection(rows, topk);
+  MergeTopkOptions options;
+  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk});
+  merge_topk(TensorView::contiguous(c.values.data(), DType::kFloat32, {c.ranks, rows, topk_in}),
+             int32_view(c.indices, {c.ranks, rows, topk_in}), topk,
+             int32_view(out.indices, {rows, topk}), options);
+  return out;
+}
+
+TEST(MergeTopk, ShardsMergeIntoTheWholeRowsTopk) {
+  const Rows random = random_rows(12, 5000, DType::kFloat32, 31);
+  const Rows ties = four_value_rows(6, 3000, 32);  // ties across the shards
+  for (const Rows* logits : {&random, &ties}) {
+    for (const std::int64_t ranks : {1, 2, 3, 4}) {
+      for (const bool interleaved : {false, true}) {
+        for (const std::int64_t topk : {1, 700, 2048}) {
+          Candidates c = shard_candidates(*logits, ranks, interleaved, topk);
+          const Selection merged = run_merge(c, logits->rows, topk, topk);
+          PerRowCall call{{}, std::vector<std::int32_t>(static_cast<std::size_t>(logits->rows),
+                                                        static_cast<std::int32_t>(logits->cols))};
+          SCOPED_TRACE("ranks " + std::to_string(ranks) + (interleaved ? " interleaved" : ""));
+          expect_per_row_oracle(*logits, call, topk, merged);
+        }
+      }
+    }
+  }
+}
+
+TEST(MergeTopk, FewerCandidatesThanTopkPadWithMinusOne) {
+  std::vector<float> values = {3.0f, 1.0f, -kInf, 2.0f, 2.0f, -kInf};
+  std::vector<std::int32_t> indices = {4, 9, -1, 2, 7, -1};  // 2 lists of 3 for one row
+  Selection out = poisoned_selection(1, 5);
+  MergeTopkOptions options;
+  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {1, 5});
+  merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {2, 1, 3}),
+             int32_view(indices, {2, 1, 3}), 5, int32_view(out.indices, {1, 5}), options);
+  EXPECT_EQ(out.indices, (std::vector<std::int32_t>{2, 4, 7, 9, -1}));
+  EXPECT_EQ(out.values, (std::vector<float>{2.0f, 3.0f, 2.0f, 1.0f, -kInf}));
+  merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {2, 1, 3}),
+             int32_view(indices, {2, 1, 3}), 2, int32_view(out.indices, {1, 2}));
+  EXPECT_EQ(std::vector<std::int32_t>(out.indices.begin(), out.indices.begin() + 2),
+            (std::vector<std::int32_t>{2, 4}));  // 3.0 at 4, then 2.0 at 2 before 2.0 at 7
+}
+
+TEST(MergeTopk, RefusesListsThatBreakTheRuleAndWritesNothing) {
+  std::vector<float> values(6, 1.0f);
+  Selection out = poisoned_selection(1, 4);
+  for (const std::vector<std::int32_t>& bad :
+       {std::vector<std::int32_t>{5, 3, -1, 1, 2, 4},     // descending
+        std::vector<std::int32_t>{1, -1, 6, 2, 3, 4},     // a key after -1
+        std::vector<std::int32_t>{1, 2, 3, 3, 4, -1},     // a key in two lists
+        std::vector<std::int32_t>{1, -2, -1, 2, 3, 4}}) {  // below -1
+    std::vector<std::int32_t> indices = bad;
+    expect_refused("candidate_indices", [&] {
+      merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {2, 1, 3}),
+                 int32_view(indices, {2, 1, 3}), 4, int32_view(out.indices, {1, 4}));
+    });
+  }
+  std::vector<std::int32_t> indices = {1, 2, 3, 4, 5, 6};
+  expect_refused("candidate_indices", [&] {
+    merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {2, 1, 3}),
+               int32_view(indices, {1, 2, 3}), 4, int32_view(out.indices, {1, 4}));
+  });
+  expect_refused("topk", [&] {
+    merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {2, 1, 3}),
+               int32_view(indices, {2, 1, 3}), 0, int32_view(out.indices, {1, 4}));
+  });
+  for (const std::int32_t v : out.indices) ASSERT_EQ(v, kIndexPoison);
+}
+
 // ---- the fused operations against the oracle over their own logits ----
 
 // The logits of a prefill workload as mqa_logits returns them (fp32, or bf16 for bf16 weights).

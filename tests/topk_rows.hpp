@@ -189,4 +189,43 @@ inline Rows special_value_rows(std::int64_t cols) {
   return logits;
 }
 
+// Candidate lists of context parallelism: the rows' keys split over `ranks` shards (interleaved:
+// key g on shard g % ranks; contiguous: equal runs of keys), each shard's top-k taken by
+// topk_per_row on the CPU over its own keys, its indices mapped back to the row's keys. Returns
+// values and indices [ranks, rows, topk] as the shards would send them.
+struct Candidates {
+  std::int64_t ranks = 0;
+  std::vector<float> values;
+  std::vector<std::int32_t> indices;
+};
+
+inline Candidates shard_candidates(const Rows& logits, std::int64_t ranks, bool interleaved,
+                                   std::int64_t topk) {
+  Candidates out{ranks, {}, {}};
+  const std::int64_t run = (logits.cols + ranks - 1) / ranks;
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    const auto key_of = [&](std::int64_t j) { return interleaved ? r + ranks * j : r * run + j; };
+    std::int64_t local_cols = 0;
+    while (local_cols < logits.cols && key_of(local_cols) < logits.cols &&
+           (interleaved || local_cols < run)) {
+      ++local_cols;
+    }
+    Rows shard(logits.rows, local_cols, logits.dtype);
+    for (std::int64_t i = 0; i < logits.rows; ++i) {
+      for (std::int64_t j = 0; j < local_cols; ++j) {
+        shard.set(i, j, support::logit_value(logits.row(i), logits.dtype, key_of(j)));
+      }
+    }
+    PerRowCall call{{}, std::vector<std::int32_t>(static_cast<std::size_t>(logits.rows),
+                                                  static_cast<std::int32_t>(local_cols))};
+    const Selection local = run_per_row(shard, call, topk);
+    for (std::size_t k = 0; k < local.indices.size(); ++k) {
+      const std::int32_t j = local.indices[k];
+      out.indices.push_back(j < 0 ? -1 : static_cast<std::int32_t>(key_of(j)));
+      out.values.push_back(local.values[k]);
+    }
+  }
+  return out;
+}
+
 }  // namespace mqa_logits::topk_test

@@ -197,6 +197,31 @@ void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
                     const TensorView& topk_indices, const TensorView& workspace,
                     const PagedMqaTopkOptions& options = {});
 
+// Context parallelism: R ranks each select over their shard of the keys and send their rows'
+// candidates; merge_topk gives each row's top-k over all of them, with the rules above.
+inline constexpr std::int64_t kMaxMergeCandidatesCuda = 16384;  // R * K a row on a CUDA device
+
+struct MergeTopkOptions {
+  // [S, topk] fp32, contiguous: the selected values.
+  std::optional<TensorView> values;
+  // Check that each list is in ascending index order, -1 after its last candidate, and that a
+  // row's indices are distinct across the lists (InvalidArgument naming candidate_indices).
+  // Unset: the backend's default (the CPU checks; the CUDA backend does not, and gives a
+  // selection of in-bounds candidates for lists that break the rule).
+  std::optional<bool> check_inputs;
+  cudaStream_t stream = nullptr;
+};
+
+// candidate_values:  [R, S, K] fp32, contiguous: R candidate lists of K per row
+// candidate_indices: [R, S, K] int32, contiguous: their keys (absolute), each list in ascending
+//                    order with -1 after its last candidate, as the top-k operations return
+//                    them; a row's keys distinct across the lists (disjoint shards)
+// topk_indices:      [S, topk] int32, contiguous. On a CUDA device R * K <=
+//                    kMaxMergeCandidatesCuda.
+void merge_topk(const TensorView& candidate_values, const TensorView& candidate_indices,
+                std::int64_t topk, const TensorView& topk_indices,
+                const MergeTopkOptions& options = {});
+
 // ---------------------------------------------------------------------------------------------
 // Schedule metadata: int32 [num_sms + 1, 2]. Each of num_sms workers gets one contiguous,
 // equally sized (+-1) segment of the work items; row k holds the first item of worker k, row

@@ -29,5 +29,6 @@ void run_prefill(const PrefillProblem& problem, int num_threads);
 void run_paged(const PagedProblem& problem, int num_threads);
 // Selection (topk.hpp): rows are independent, each selected whole by one worker.
 void run_topk(const TopkProblem& problem, int num_threads);
+void run_merge(const MergeProblem& problem, int num_threads);
 
 }  // namespace mqa_logits::cpu

@@ -51,6 +51,8 @@ void check_paged_inputs(const PagedProblem& problem, cudaStream_t stream);
 void run_prefill(const PrefillProblem& problem, cudaStream_t stream);
 void run_paged(const PagedProblem& problem, cudaStream_t stream);
 void run_topk(const TopkProblem& problem, cudaStream_t stream);
+void check_merge_inputs(const MergeProblem& problem, cudaStream_t stream);
+void run_merge(const MergeProblem& problem, cudaStream_t stream);
 
 // Schedule metadata from inputs on CUDA device `device` into `out` there ([workers + 1, 2]
 // int32), launched with that device current (the caller's is restored).

@@ -51,6 +51,14 @@ bool stream_capturing(int device, cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+void check_merge_inputs(const MergeProblem& problem, cudaStream_t stream) {
+  const DeviceGuard guard(problem.device.index);
+  const auto indices =
+      download(problem.indices, problem.lists * problem.rows * problem.candidates, stream);
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (checking mode)");
+  input_checks::check_merge(problem, data_or_null(indices));
+}
+
 void check_prefill_inputs(const PrefillProblem& problem, cudaStream_t stream) {
   const DeviceGuard guard(problem.device.index);
   const auto start = download(problem.k_start, problem.seq_len, stream);

@@ -36,6 +36,10 @@ void check_paged_inputs(const PagedProblem&, cudaStream_t) { refuse_device_tenso
 void run_prefill(const PrefillProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_paged(const PagedProblem&, cudaStream_t) { refuse_device_tensor("q"); }
 void run_topk(const TopkProblem&, cudaStream_t) { refuse_device_tensor("logits"); }
+void check_merge_inputs(const MergeProblem&, cudaStream_t) {
+  refuse_device_tensor("candidate_values");
+}
+void run_merge(const MergeProblem&, cudaStream_t) { refuse_device_tensor("candidate_values"); }
 
 void prefill_metadata(int, const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t,
                       int, int, std::int32_t*, cudaStream_t) {

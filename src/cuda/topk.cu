@@ -1,10 +1,12 @@
-// CUDA selection entry: kernels/topk_kernel.cuh, a cluster of CTAs a row, each CTA's chunk of the
-// row cached in its shared memory where it fits.
+// CUDA selection entries: topk_per_row's kernel (kernels/topk_kernel.cuh: a cluster of CTAs a
+// row, each CTA's chunk of the row cached in its shared memory where it fits) and merge_topk's
+// (kernels/merge_topk_kernel.cuh: a CTA a row).
 #include <algorithm>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/device_guard.hpp"
 #include "cuda/launch.hpp"
+#include "kernels/merge_topk_kernel.cuh"
 #include "kernels/topk_kernel.cuh"
 
 namespace mqa_logits::cuda_backend {
@@ -50,6 +52,21 @@ void run_topk(const TopkProblem& problem, cudaStream_t stream) {
   config.numAttrs = ctas > 1 ? 1 : 0;
   check_cuda(cudaLaunchKernelEx(&config, &k::topk_rows_kernel, problem, cache_keys),
              "topk_rows_kernel launch");
+}
+
+void run_merge(const MergeProblem& problem, cudaStream_t stream) {
+  const int device = problem.device.index;
+  const DeviceGuard guard(device);
+  allow_all_dynamic_smem<&k::merge_topk_kernel>(device, "merge_topk_kernel");
+  constexpr std::int64_t kMaxGrid = 1 << 20;  // rows beyond take turns
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(std::min(problem.rows, kMaxGrid)));
+  config.blockDim = dim3(k::kTopkThreads);
+  config.dynamicSmemBytes =
+      static_cast<std::size_t>(k::merge_smem_bytes(problem.lists * problem.candidates));
+  config.stream = stream;
+  check_cuda(cudaLaunchKernelEx(&config, &k::merge_topk_kernel, problem),
+             "merge_topk_kernel launch");
 }
 
 }  // namespace mqa_logits::cuda_backend

@@ -170,6 +170,77 @@ TEST_F(TopkPerRowGpu, CompactForSanitizer) {
   expect_gpu_equals_cpu(random_rows(4, 900, DType::kBFloat16, 6), random_windows(4, 900, 7), 1);
 }
 
+// ---- merge_topk: the GPU's merge of shard candidates equals the CPU's, bitwise ----
+
+Selection merge_on(const Candidates& c, std::int64_t rows, std::int64_t lists_topk,
+                   std::int64_t topk, bool gpu) {
+  const std::vector<std::int64_t> shape = {c.ranks, rows, lists_topk};
+  if (!gpu) {
+    Candidates copy = c;
+    Selection out = poisoned_selection(rows, topk);
+    MergeTopkOptions options;
+    options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk});
+    merge_topk(TensorView::contiguous(copy.values.data(), DType::kFloat32,
+                                      {shape[0], shape[1], shape[2]}),
+               TensorView::contiguous(copy.indices.data(), DType::kInt32,
+                                      {shape[0], shape[1], shape[2]}),
+               topk, int32_view(out.indices, {rows, topk}), options);
+    return out;
+  }
+  const DeviceBuffer values = upload_values(c.values);
+  const DeviceBuffer indices = upload_values(c.indices);
+  DeviceSelection out(rows, topk);
+  MergeTopkOptions options;
+  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk}, kGpu);
+  merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {shape[0], shape[1], shape[2]},
+                                    kGpu),
+             TensorView::contiguous(indices.data(), DType::kInt32, {shape[0], shape[1], shape[2]},
+                                    kGpu),
+             topk, TensorView::contiguous(out.indices.data(), DType::kInt32, {rows, topk}, kGpu),
+             options);
+  check_cuda(cudaGetLastError(), "merge_topk");
+  return out.download();
+}
+
+using MergeTopkGpu = GpuTest;
+
+TEST_F(MergeTopkGpu, MatchesTheCpuOnShardCandidates) {
+  const Rows random = random_rows(40, 9000, DType::kFloat32, 51);
+  const Rows ties = four_value_rows(20, 6000, 52);
+  for (const Rows* logits : {&random, &ties}) {
+    for (const std::int64_t ranks : {1, 2, 8}) {
+      for (const std::int64_t topk : {1, 512, 2048}) {
+        const Candidates c = shard_candidates(*logits, ranks, ranks % 2 == 0, topk);
+        const Selection gpu = merge_on(c, logits->rows, topk, topk, true);
+        const Selection cpu = merge_on(c, logits->rows, topk, topk, false);
+        ASSERT_EQ(gpu.indices, cpu.indices) << "ranks " << ranks << " topk " << topk;
+        ASSERT_EQ(0, std::memcmp(gpu.values.data(), cpu.values.data(), cpu.values.size() * 4));
+      }
+    }
+  }
+}
+
+// Small enough for compute-sanitizer (scripts/gpu-check).
+TEST_F(MergeTopkGpu, CompactForSanitizer) {
+  const Candidates c = shard_candidates(four_value_rows(3, 900, 53), 3, true, 300);
+  const Selection gpu = merge_on(c, 3, 300, 300, true);
+  ASSERT_EQ(gpu.indices, merge_on(c, 3, 300, 300, false).indices);
+}
+
+TEST_F(MergeTopkGpu, RefusesMoreCandidatesThanARowHoldsOnTheGpu) {
+  const DeviceBuffer values(9 * 2048 * 4), indices(9 * 2048 * 4);
+  DeviceSelection out(1, 16);
+  try {
+    merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {9, 1, 2048}, kGpu),
+               TensorView::contiguous(indices.data(), DType::kInt32, {9, 1, 2048}, kGpu), 16,
+               TensorView::contiguous(out.indices.data(), DType::kInt32, {1, 16}, kGpu));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(e.argument(), "candidate_values") << e.what();
+  }
+  ASSERT_TRUE(out.indices.untouched());
+}
+
 // ---- the fused operations: the oracle over the GPU's own logits ----
 
 // Device logits of `rows` x `cols` in the padded layout, downloaded as Rows.
