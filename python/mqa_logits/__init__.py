@@ -35,7 +35,7 @@ names the argument as the Python function spells it (the scales of a ``(values, 
 as, e.g., ``kv: scales (kv[1])``), then what was expected and what was given.
 """
 
-from ._topk import mqa_topk, paged_mqa_topk, topk_per_row
+from ._topk import merge_topk, mqa_topk, paged_mqa_topk, topk_per_row
 from ._api import (
     cuda_backend_available,
     fp8_fp4_mqa_logits,
@@ -61,6 +61,7 @@ __all__ = [
     "get_mqa_logits_metadata",
     "get_num_sms",
     "get_paged_mqa_logits_metadata",
+    "merge_topk",
     "mqa_topk",
     "paged_mqa_topk",
     "set_num_sms",

@@ -17,6 +17,7 @@ from ._arrays import (
     INT32,
     KV_SCALES,
     Q_SCALES,
+    SHAPE,
     WEIGHTS,
     Accepted,
     as_bool,
@@ -45,6 +46,7 @@ Tensor = Any
 Selection = Union[Tensor, Tuple[Tensor, Tensor]]
 
 _LOGITS = Accepted(_C.DType.float32, _C.DType.bfloat16)
+_VALUES = Accepted(_C.DType.float32)
 _PER_ROW_WORDS = Vocabulary({}, {})
 _WINDOWS = {"k_start": "cu_seq_len_k_start", "k_end": "cu_seq_len_k_end"}
 _PREFILL_WORDS = Vocabulary({**_WINDOWS, "seq_len_kv": "kv", "seq_len": "q"},
@@ -122,6 +124,57 @@ def topk_per_row(logits: Tensor, starts: Optional[Tensor], ends: Tensor, topk: i
                         as_bool("compressed", compressed),
                         as_bool("absolute_indices", absolute_indices), stream_of(logits_array))
     return (indices, values) if with_values else indices
+
+
+def merge_topk(candidate_values: Tensor, candidate_indices: Tensor, topk: int,
+               return_values: bool = False) -> Selection:
+    """The top-k over R candidate lists per row: what context parallelism merges.
+
+    Each of R ranks selects over its shard of the keys (with ``absolute_indices`` and
+    ``return_values``, its indices mapped to the global keys) and sends its ``[S, K]`` lists; the
+    merge gives each row's top-k over all of them with the rules of :func:`topk_per_row`: ties to
+    the lower key, ascending key order, -1 after, never a -inf value.
+
+    Args:
+        candidate_values: ``[R, S, K]`` float32, contiguous: the candidates' logits (what
+            ``return_values=True`` returns, stacked over the ranks).
+        candidate_indices: ``[R, S, K]`` int32, contiguous: their global keys, each list in
+            ascending order with -1 after its last key, a row's keys distinct across the lists.
+        topk: keys a row selects, 1 to 2048.
+        return_values: also return the selected values (float32). Default False.
+
+    Returns:
+        int32 ``[S, topk]`` keys (and float32 values with return_values) on the candidates'
+        device.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype, e.g. ``"candidate_indices: expected
+            dtype int32, got int64"``.
+        ValueError: any other invalid input, e.g. lists out of order on the CPU
+            (``"candidate_indices: expected each list in ascending order, ..."``), or more than
+            16384 candidates a row on a CUDA device. Nothing is launched or written on refusal.
+
+    Example:
+        >>> import numpy as np
+        >>> import mqa_logits
+        >>> values = np.array([[[3.0, 1.0]], [[2.0, 2.0]]], np.float32)   # 2 ranks, 1 row
+        >>> keys = np.array([[[4, 9]], [[2, 7]]], np.int32)
+        >>> mqa_logits.merge_topk(values, keys, 2)
+        array([[2, 4]], dtype=int32)
+    """
+    if _compiling():
+        return _torch_ops.merge_topk(candidate_values, candidate_indices, topk, return_values)
+    with_values = as_bool("return_values", return_values)
+    values_array = describe("candidate_values", candidate_values, _VALUES)
+    indices_array = describe("candidate_indices", candidate_indices, INT32)
+    k = as_int("topk", topk)
+    with _PER_ROW_WORDS:
+        shape = values_array[SHAPE]
+        rows = shape[1] if len(shape) == 3 else 0  # validation names a wrong rank
+        out, out_array, values, values_out = _outputs(candidate_values, rows, k, with_values)
+        _C.merge_topk(values_array, indices_array, k, out_array, values_out,
+                      stream_of(values_array))
+    return (out, values) if with_values else out
 
 
 def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,

@@ -211,6 +211,19 @@ def _(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta, 
     return _fake_selection(q, q.shape[0] * q.shape[1], topk, return_values)
 
 
+@torch.library.custom_op("mqa_logits::merge_topk", mutates_args=())
+def _merge_topk(candidate_values: Tensor, candidate_indices: Tensor, topk: int,
+                return_values: bool) -> Tuple[Tensor, Tensor]:
+    from ._topk import merge_topk
+    return _selection(merge_topk(candidate_values, candidate_indices, topk, return_values),
+                      candidate_values, return_values)
+
+
+@_merge_topk.register_fake
+def _(candidate_values, candidate_indices, topk, return_values):
+    return _fake_selection(candidate_values, candidate_values.shape[1], topk, return_values)
+
+
 # ---- what the public functions call while torch.compile traces ------------------------------
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
@@ -259,6 +272,11 @@ def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, schedule_met
     out, values = _paged_mqa_topk(*_split(q), kv_cache, weights, context_lens, block_table,
                                   schedule_meta, max_context_len, topk, cache_slots,
                                   return_values, indices)
+    return (out, values) if return_values else out
+
+
+def merge_topk(candidate_values, candidate_indices, topk, return_values):
+    out, values = _merge_topk(candidate_values, candidate_indices, topk, return_values)
     return (out, values) if return_values else out
 
 

@@ -209,6 +209,19 @@ void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::hand
                      max_context_len, topk, indices_view, workspace_view, options);
 }
 
+void merge(nb::handle candidate_values, nb::handle candidate_indices, std::int64_t topk,
+           nb::handle topk_indices, nb::handle values, std::uintptr_t stream) {
+  const ml::TensorView values_view = view_of(candidate_values, "candidate_values");
+  const ml::TensorView indices_view = view_of(candidate_indices, "candidate_indices");
+  const ml::TensorView out_view = view_of(topk_indices, "topk_indices");
+  ml::MergeTopkOptions options;
+  options.values = optional_view(values, "values");
+  options.stream = to_stream(stream);
+
+  nb::gil_scoped_release release;
+  ml::merge_topk(values_view, indices_view, topk, out_view, options);
+}
+
 // ---- the API table (api_table.hpp) ----
 
 thread_local std::string table_message;
@@ -363,6 +376,10 @@ NB_MODULE(_C, m) {
         nb::arg("topk_indices"), nb::arg("workspace"), nb::arg("values").none(),
         nb::arg("cache_slots"), nb::arg("indices").none(), nb::arg("stream"),
         "Decode top-k key positions (or cache slots) into `topk_indices` [B * N, topk].");
+
+  m.def("merge_topk", &merge, nb::arg("candidate_values"), nb::arg("candidate_indices"),
+        nb::arg("topk"), nb::arg("topk_indices"), nb::arg("values").none(), nb::arg("stream"),
+        "The top-k of R candidate lists per row ([R, S, K]) into `topk_indices` [S, topk].");
 
   m.def(
       "api_table",

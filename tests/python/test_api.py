@@ -66,6 +66,8 @@ OWN_SIGNATURES = {
     "topk_per_row": [("logits", REQUIRED), ("starts", REQUIRED), ("ends", REQUIRED),
                      ("topk", REQUIRED), ("compressed", False), ("absolute_indices", False),
                      ("return_values", False)],
+    "merge_topk": [("candidate_values", REQUIRED), ("candidate_indices", REQUIRED),
+                   ("topk", REQUIRED), ("return_values", False)],
     "mqa_topk": [("q", REQUIRED), ("kv", REQUIRED), ("weights", REQUIRED),
                  ("cu_seq_len_k_start", REQUIRED), ("cu_seq_len_k_end", REQUIRED),
                  ("topk", REQUIRED), ("absolute_indices", False), ("return_values", False),

@@ -290,6 +290,12 @@ TOPK_CASES = [
 
 SHARED_WITH_LOGITS = ("clean_logits", "max_seqlen_k")
 
+
+def merge_base(rng):
+    keys = np.sort(rng.choice(1000, size=(2, 5, 8), replace=False), axis=2)
+    return dict(candidate_values=rng.standard_normal((2, 5, 8)).astype(np.float32),
+                candidate_indices=keys.astype(np.int32), topk=4)
+
 CASES += (
     [("mqa_topk", argument, description, with_topk(base), mutate, error, prefix)
      for argument, description, base, mutate, error, prefix in PREFILL_CASES
@@ -306,6 +312,18 @@ CASES += (
     + [("paged_mqa_topk", argument, description, with_topk(paged_base()), mutate, error, None)
        for argument, description, mutate, error in TOPK_CASES + [
            ("cache_slots", "is a list", lambda a: dict(a, cache_slots=[1]), TypeError)]]
+    + [("merge_topk", argument, description, merge_base, mutate, error, None)
+       for argument, description, mutate, error in TOPK_CASES + [
+           ("candidate_values", "is int32",
+            lambda a: dict(a, candidate_values=a["candidate_values"].astype(np.int32)), TypeError),
+           ("candidate_values", "is 2-D",
+            lambda a: dict(a, candidate_values=a["candidate_values"][0]), ValueError),
+           ("candidate_indices", "are int64",
+            lambda a: dict(a, candidate_indices=a["candidate_indices"].astype(np.int64)),
+            TypeError),
+           ("candidate_indices", "are descending",
+            lambda a: dict(a, candidate_indices=a["candidate_indices"][:, :, ::-1].copy()),
+            ValueError)]]
     + [("topk_per_row", argument, description, per_row_base, mutate, error, None)
        for argument, description, mutate, error in TOPK_CASES + [
            ("logits", "is int32", lambda a: dict(a, logits=a["logits"].astype(np.int32)),
