@@ -114,6 +114,23 @@ DType workspace_logits_dtype(const TensorView& weights) {
   return weights.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
 }
 
+// The selection over the logits a validated logits problem writes (to the workspace), into the
+// call's outputs; the windows are the caller's to fill in.
+template <class LogitsProblem>
+TopkProblem workspace_selection(const LogitsProblem& logits, std::int64_t topk,
+                                const TensorView& topk_indices,
+                                const std::optional<TensorView>& values) {
+  TopkProblem selection;
+  selection.device = logits.device;
+  selection.logits = logits.logits;
+  selection.logits_dtype = logits.logits_dtype;
+  selection.logits_row_stride = logits.logits_row_stride;
+  selection.topk = topk;
+  selection.indices = static_cast<std::int32_t*>(topk_indices.data);
+  selection.values = values ? static_cast<float*>(values->data) : nullptr;
+  return selection;
+}
+
 std::int64_t fp32_layout_bytes(const OutputLayout& layout) {
   return layout.rows * layout.row_stride * static_cast<std::int64_t>(sizeof(float));
 }
@@ -190,20 +207,13 @@ void mqa_topk(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorV
        {k_end, "k_end"}, {workspace, "workspace"},
        {checks::view_or_empty(options.schedule_meta), "schedule_meta"}});
 
-  TopkProblem selection;
-  selection.device = problem.device;
+  TopkProblem selection = workspace_selection(problem, topk, topk_indices, options.values);
   selection.rows = problem.seq_len;
   selection.cols = problem.out_cols;
-  selection.logits = problem.logits;
-  selection.logits_dtype = problem.logits_dtype;
-  selection.logits_row_stride = problem.logits_row_stride;
   selection.starts = problem.k_start;
   selection.ends = problem.k_end;
   selection.key_limit = problem.seq_len_kv;
   selection.absolute_indices = options.absolute_indices;
-  selection.topk = topk;
-  selection.indices = static_cast<std::int32_t*>(topk_indices.data);
-  selection.values = options.values ? static_cast<float*>(options.values->data) : nullptr;
   launch_prefill(problem, options.check_inputs, options.stream);
   launch_topk(selection, options.stream);
 }
@@ -245,13 +255,9 @@ void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
        {schedule_meta, "schedule_meta"}, {workspace, "workspace"},
        {checks::view_or_empty(options.indices), "indices"}});
 
-  TopkProblem selection;
-  selection.device = problem.device;
+  TopkProblem selection = workspace_selection(problem, topk, topk_indices, options.values);
   selection.rows = rows;
   selection.cols = problem.max_context_len;
-  selection.logits = problem.logits;
-  selection.logits_dtype = problem.logits_dtype;
-  selection.logits_row_stride = problem.logits_row_stride;
   selection.key_limit =
       schedule::paged_key_cap(problem.max_context_len, problem.max_blocks, problem.block_kv);
   selection.context_lens = problem.context_lens;
@@ -262,9 +268,6 @@ void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
   selection.block_kv = problem.block_kv;
   selection.num_blocks = problem.num_blocks;
   selection.cache_slots = options.cache_slots;
-  selection.topk = topk;
-  selection.indices = static_cast<std::int32_t*>(topk_indices.data);
-  selection.values = options.values ? static_cast<float*>(options.values->data) : nullptr;
   launch_paged(problem, options.check_inputs, options.stream);
   launch_topk(selection, options.stream);
 }

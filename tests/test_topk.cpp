@@ -156,16 +156,6 @@ TEST(TopkPerRow, RefusesBadArgumentsAndWritesNothing) {
 
 // ---- merge_topk: the shards' candidates merged equal the top-k over the whole rows ----
 
-Selection run_merge(Candidates& c, std::int64_t rows, std::int64_t topk_in, std::int64_t topk) {
-  Selection out = poisoned_selection(rows, topk);
-  MergeTopkOptions options;
-  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk});
-  merge_topk(TensorView::contiguous(c.values.data(), DType::kFloat32, {c.ranks, rows, topk_in}),
-             int32_view(c.indices, {c.ranks, rows, topk_in}), topk,
-             int32_view(out.indices, {rows, topk}), options);
-  return out;
-}
-
 TEST(MergeTopk, ShardsMergeIntoTheWholeRowsTopk) {
   const Rows random = random_rows(12, 5000, DType::kFloat32, 31);
   const Rows ties = four_value_rows(6, 3000, 32);  // ties across the shards
@@ -173,8 +163,8 @@ TEST(MergeTopk, ShardsMergeIntoTheWholeRowsTopk) {
     for (const std::int64_t ranks : {1, 2, 3, 4}) {
       for (const bool interleaved : {false, true}) {
         for (const std::int64_t topk : {1, 700, 2048}) {
-          Candidates c = shard_candidates(*logits, ranks, interleaved, topk);
-          const Selection merged = run_merge(c, logits->rows, topk, topk);
+          const Selection merged =
+              run_merge(shard_candidates(*logits, ranks, interleaved, topk), logits->rows, topk, topk);
           PerRowCall call{{}, std::vector<std::int32_t>(static_cast<std::size_t>(logits->rows),
                                                         static_cast<std::int32_t>(logits->cols))};
           SCOPED_TRACE("ranks " + std::to_string(ranks) + (interleaved ? " interleaved" : ""));

@@ -228,4 +228,16 @@ inline Candidates shard_candidates(const Rows& logits, std::int64_t ranks, bool 
   return out;
 }
 
+// merge_topk of the candidates on the CPU, into poisoned outputs.
+inline Selection run_merge(Candidates c, std::int64_t rows, std::int64_t lists_topk,
+                           std::int64_t topk) {
+  Selection out = poisoned_selection(rows, topk);
+  MergeTopkOptions options;
+  options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk});
+  merge_topk(TensorView::contiguous(c.values.data(), DType::kFloat32, {c.ranks, rows, lists_topk}),
+             int32_view(c.indices, {c.ranks, rows, lists_topk}), topk,
+             int32_view(out.indices, {rows, topk}), options);
+  return out;
+}
+
 }  // namespace mqa_logits::topk_test

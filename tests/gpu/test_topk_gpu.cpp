@@ -172,29 +172,16 @@ TEST_F(TopkPerRowGpu, CompactForSanitizer) {
 
 // ---- merge_topk: the GPU's merge of shard candidates equals the CPU's, bitwise ----
 
-Selection merge_on(const Candidates& c, std::int64_t rows, std::int64_t lists_topk,
-                   std::int64_t topk, bool gpu) {
-  const std::vector<std::int64_t> shape = {c.ranks, rows, lists_topk};
-  if (!gpu) {
-    Candidates copy = c;
-    Selection out = poisoned_selection(rows, topk);
-    MergeTopkOptions options;
-    options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk});
-    merge_topk(TensorView::contiguous(copy.values.data(), DType::kFloat32,
-                                      {shape[0], shape[1], shape[2]}),
-               TensorView::contiguous(copy.indices.data(), DType::kInt32,
-                                      {shape[0], shape[1], shape[2]}),
-               topk, int32_view(out.indices, {rows, topk}), options);
-    return out;
-  }
+Selection run_merge_gpu(const Candidates& c, std::int64_t rows, std::int64_t lists_topk,
+                        std::int64_t topk) {
   const DeviceBuffer values = upload_values(c.values);
   const DeviceBuffer indices = upload_values(c.indices);
   DeviceSelection out(rows, topk);
   MergeTopkOptions options;
   options.values = TensorView::contiguous(out.values.data(), DType::kFloat32, {rows, topk}, kGpu);
-  merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {shape[0], shape[1], shape[2]},
+  merge_topk(TensorView::contiguous(values.data(), DType::kFloat32, {c.ranks, rows, lists_topk},
                                     kGpu),
-             TensorView::contiguous(indices.data(), DType::kInt32, {shape[0], shape[1], shape[2]},
+             TensorView::contiguous(indices.data(), DType::kInt32, {c.ranks, rows, lists_topk},
                                     kGpu),
              topk, TensorView::contiguous(out.indices.data(), DType::kInt32, {rows, topk}, kGpu),
              options);
@@ -211,8 +198,8 @@ TEST_F(MergeTopkGpu, MatchesTheCpuOnShardCandidates) {
     for (const std::int64_t ranks : {1, 2, 8}) {
       for (const std::int64_t topk : {1, 512, 2048}) {
         const Candidates c = shard_candidates(*logits, ranks, ranks % 2 == 0, topk);
-        const Selection gpu = merge_on(c, logits->rows, topk, topk, true);
-        const Selection cpu = merge_on(c, logits->rows, topk, topk, false);
+        const Selection gpu = run_merge_gpu(c, logits->rows, topk, topk);
+        const Selection cpu = run_merge(c, logits->rows, topk, topk);
         ASSERT_EQ(gpu.indices, cpu.indices) << "ranks " << ranks << " topk " << topk;
         ASSERT_EQ(0, std::memcmp(gpu.values.data(), cpu.values.data(), cpu.values.size() * 4));
       }
@@ -223,8 +210,7 @@ TEST_F(MergeTopkGpu, MatchesTheCpuOnShardCandidates) {
 // Small enough for compute-sanitizer (scripts/gpu-check).
 TEST_F(MergeTopkGpu, CompactForSanitizer) {
   const Candidates c = shard_candidates(four_value_rows(3, 900, 53), 3, true, 300);
-  const Selection gpu = merge_on(c, 3, 300, 300, true);
-  ASSERT_EQ(gpu.indices, merge_on(c, 3, 300, 300, false).indices);
+  ASSERT_EQ(run_merge_gpu(c, 3, 300, 300).indices, run_merge(c, 3, 300, 300).indices);
 }
 
 TEST_F(MergeTopkGpu, RefusesMoreCandidatesThanARowHoldsOnTheGpu) {
