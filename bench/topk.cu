@@ -147,7 +147,7 @@ Record prefill_case(const BenchContext& context, const std::string& name,
   const int samples = context.quick ? 10 : 30;
   const Times t{time_graph(logits_call, 2, samples), time_graph(fused_call, 2, samples),
                 time_graph(composed_call, 2, samples)};
-  return record_of("prefill", name, t, verified, static_cast<double>(indices.bytes),
+  return record_of("topk_prefill", name, t, verified, static_cast<double>(indices.bytes),
                    static_cast<double>(workspace.bytes));
 }
 
@@ -221,7 +221,7 @@ Record decode_case(const BenchContext& context, std::int64_t batch, std::int64_t
                 time_graph(composed_call, 5, samples)};
   const std::string name =
       std::to_string(batch) + "/" + std::to_string(next_n) + "/" + std::to_string(context_len);
-  return record_of("decode", name, t, verified, static_cast<double>(indices.bytes),
+  return record_of("topk_decode", name, t, verified, static_cast<double>(indices.bytes),
                    static_cast<double>(workspace.bytes));
 }
 
