@@ -235,8 +235,7 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   check_cuda(cudaEventCreate(&end), "cudaEventCreate");
   // One replay, timed by events around it. The GPU is held busy while the host records the
   // events and launches the graph: with an idle GPU the begin event fires at once and the time
-  // would include the host's launch of the graph (docs/perf-notes.md, "Samples without the
-  // graph's launch").
+  // would include the host's launch of the graph (docs/design.md, "Choices made by measurement").
   const auto replay_ms = [&] {
     hold_stream<<<1, 1, 0, stream>>>(kHoldNs);
     check_cuda(cudaGetLastError(), "hold_stream");
@@ -252,8 +251,8 @@ Timing time_graph(const std::function<void(cudaStream_t)>& enqueue, int calls, i
   // engine runs at. The clock falls while the host prepares a case and takes milliseconds to rise
   // again (without a warm-up, the first microsecond-scale case of a run measured ~20% slow); and
   // under a heavy call the power cap lowers it 20-60 ms into the load: samples that straddled that
-  // step made the heaviest rows look bimodal (docs/perf-notes.md, "Bimodal replays: the power
-  // cap's step"). The warm-up outlasts the step, so the samples measure the sustained rate.
+  // step made the heaviest rows look bimodal (docs/design.md, "Choices made by measurement").
+  // The warm-up outlasts the step, so the samples measure the sustained rate.
   // (Replays under 20 us stop at 10000 launches: such calls do not draw the power of the cap.)
   constexpr float kWarmUpMs = 200.0f;
   const int warm_launches =

@@ -105,9 +105,9 @@ MQA_HOST_DEVICE constexpr TileRange prefill_half_tiles(std::int64_t tiles_start,
 
 // Items a prefill block of `tiles` tiles costs besides them (one item each): what its query load,
 // state and fold add on the critical path of short blocks. Chosen by measurement over the window
-// patterns (docs/perf-notes.md, "Block prices by head count"): at H = 64, 4 (square causal
-// 8192^2 took 594, 549 and 454 us with 2, 3 and 4); below, where no block folds, 3 for a block
-// of at most 3 tiles, whose rows' load the tiles before it do not hide, and 1 for the others
+// patterns (docs/design.md, "Choices made by measurement"): at H = 64, 4; below, where no block
+// folds, 3 for a block of at most 3 tiles, whose rows' load the tiles before it do not hide, and
+// 1 for the others
 // (against 4 everywhere, at H = 32, 16 and 8: square causal 8192^2 -3 to -11%, packed
 // 8 x 2048 -7 to -10%).
 MQA_HOST_DEVICE constexpr int prefill_block_own_items(int num_heads, std::int64_t tiles) {
@@ -162,9 +162,8 @@ MQA_HOST_DEVICE constexpr void paged_split_unpack(std::int64_t packed,
 // where the finer parts are counted, the finest that fit the workers one each (the call's keys
 // over more SMs, no worker holding two groups); else parts of 4. parts[1] and parts[2] are read
 // only where they are counted. Cutting finer where nothing finer fits (the busiest worker's tiles
-// fewer, but workers holding two groups) measured B = 8 slower, and a scan of each count cost the
-// metadata kernel ~0.3 us: docs/perf-notes.md, "Decode items of 64 to 256 keys, chosen per call",
-// "Parts of 4 tiles unless single tiles fit the workers".
+// fewer, but workers holding two groups) measured B = 8 slower, and each count's scan costs the
+// metadata kernel time (docs/design.md, "Choices made by measurement").
 MQA_HOST_DEVICE constexpr int paged_split_choice(const std::int64_t (&parts)[kPagedSplitChoices],
                                                  int workers) {
   if (!paged_split_counts_finer(parts[0], workers)) return 0;
@@ -211,8 +210,8 @@ MQA_HOST_DEVICE constexpr Window prefill_row_window(std::int32_t start, std::int
 
 // A block's key range as its rows' windows (start, end) widen it, computed in Key: std::int64_t,
 // or std::int32_t with T clamped at INT32_MAX, which changes nothing (window ends are int32) and
-// takes a third of the instructions a row (the metadata count's 16-byte path: docs/perf-notes.md,
-// "The metadata count in 32 bits"). A row whose clamped window is empty leaves it unchanged.
+// takes a third of the instructions a row (the metadata count's 16-byte path: docs/design.md,
+// "Choices made by measurement"). A row whose clamped window is empty leaves it unchanged.
 template <typename Key>
 struct BlockWindow {
   static constexpr Key kNone = std::numeric_limits<Key>::max();

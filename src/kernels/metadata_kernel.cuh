@@ -55,8 +55,7 @@ struct PrefillUnits {
   // schedule::prefill_block_window of the block from row `first`. A whole block's bounds are
   // read 16 bytes (4 rows) a load where both arrays are 16-byte aligned (block_q is a multiple
   // of 4): every CTA of the prefill kernel without metadata reads every row's bounds, and
-  // 4-byte loads took a 32-byte sector each (docs/perf-notes.md, "The drop-in call: each CTA's
-  // segment without metadata").
+  // 4-byte loads took a 32-byte sector each (docs/design.md, "Choices made by measurement").
   __device__ schedule::Window window(std::int64_t first) const {
     const auto address = reinterpret_cast<std::uintptr_t>(k_start) |
                          reinterpret_cast<std::uintptr_t>(k_end);
@@ -94,7 +93,7 @@ inline constexpr int kMaxLensCols = 8;  // next_n <= 8 (validate)
 // The longest of the `cols` (1 to kMaxLensCols) lengths at `row`, read kWidth lengths a load:
 // every load is issued before the first is used (one round trip to memory whatever next_n), and
 // with kWidth = 4 a warp's lanes touch each 32-byte sector of their rows once, not next_n times
-// (docs/perf-notes.md, "Decode metadata: the lengths in one round of wide loads"). `row` is
+// (docs/design.md, "Choices made by measurement"). `row` is
 // kWidth * 4-byte aligned and cols a multiple of kWidth. Equals schedule::paged_unit_length of
 // 2-D lengths, negative lengths counting as 0.
 template <int kWidth>

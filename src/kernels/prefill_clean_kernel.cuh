@@ -12,12 +12,11 @@
 // it and whatever the stream runs next sees the whole output; the other CTAs exit as soon as
 // their stores are issued.
 // Beside the logits kernel the stores share the memory system with it. Where windows are short
-// that kernel streams Q rows at a high rate (a block's Q, 32 KiB at D = 128, every tile or two:
-// ~5 TB/s over the GPU at 128-key windows, ~1.2 TB/s at 512), and stores beside it slowed it by
-// more than they saved (packed 64 x 256: +60 us, docs/perf-notes.md). So the CTAs first take the
-// mean window of kWindowSampleRows rows spread over S, the same rows for all of them: below
-// kBesideLogitsMinWindow keys they wait for the logits kernel before they store (its Q stream
-// under ~1.2 TB/s above it).
+// that kernel streams Q rows at a high rate (a block's Q, 32 KiB at D = 128, every tile or two),
+// and stores beside it slowed it by more than they saved (docs/design.md, "Choices made by
+// measurement"). So the CTAs first take the mean window of kWindowSampleRows rows spread over S,
+// the same rows for all of them: below kBesideLogitsMinWindow keys they wait for the logits
+// kernel before they store.
 //
 // Tiling: one warp a (row, chunk of kCleanColumns columns), kCleanRowsPerCta rows a CTA; lanes
 // write 16-byte vectors of -inf over the aligned body of each masked range (fill_row.cuh), so a

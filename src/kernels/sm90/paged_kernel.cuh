@@ -1,101 +1,8 @@
 // sm90 decode kernel: FP8 paged_mqa_logits (docs/contract.md, "Decode"), persistent, one CTA per
 // worker of the schedule metadata, or a pair of CTAs per two workers for groups of 6-8 rows at
-// H = 64 (paged_plan.cuh says how a worker's segment becomes groups and tiles, and when CTAs pair).
-//
-// Tiling. A tile is 64 consecutive key positions of one group: the M side of wgmma (keys K-major
-// in shared memory, swizzled by the row width D by TMA). The N side is the group's rows times H
-// heads, in at most two chunks of at most 256 columns (chunk_rows, chunk_width); K = D in D / 32
-// steps of m64nNk32. A one-chunk instance wider than 128 columns issues its MMA in two parts,
-// its first 128 columns and the rest, and starts the epilogue on the first (split_mma). block_kv
-// 64 is one block per tile, block_kv 32 two.
-//
-// Pipeline. `stages` key tiles (as many as fit, at most 32 and 96 KB of keys: 12 at D 128), each
-// a full/empty mbarrier pair; q and weights of a group in one of two slots (q_full /
-// q_empty), so the next group's queries load while the current group finishes. A tile's key
-// scales land in the stage beside it; a per-stage word says which blocks were loaded (block ids
-// outside [0, num_blocks) are never read: their keys are outside the window). Tiles go
-// round-robin to the math warpgroups and the stage count is a multiple of their number, so that a
-// stage always serves the same math warpgroup: a parity wait cannot tell phase k from phase
-// k - 2, so only the warpgroup that saw phase k - 1 of a stage complete may wait for its phase k
-// (otherwise a TMA tile landing early would let a warpgroup take another's unfinished phase for
-// its own). The producer of a tile waits for the stage's previous tile to be consumed, and must
-// not see the stage two phases behind (its previous-but-one tile unconsumed) either. With three
-// or four math warpgroups as many warps load (loading_warps), so one warp loads every tile of a
-// stage, in order: it waited for the previous-but-one when it loaded the previous. With two math
-// warpgroups four warps load: a warp loaded its own tile four back only once that tile's stage
-// predecessor was consumed, a tile of the same math warpgroup as this stage's previous-but-one
-// and no earlier (at least four stages), so the latter was consumed first. (Four warps beside
-// three warpgroups would break both: the tile four back would belong to another warpgroup.)
-// The ring's barriers are initialized after the wait for the previous kernel, by a math thread,
-// and published by one more barrier (pipeline_ready) that thread 0 sets up before the wait.
-//
-// CTA pairs (kPaired; paged_plan.cuh, "CTA pairs"): both CTAs of a cluster of two walk the same
-// tiles into the same stages. Each producer expects the whole tile on its own full barrier and
-// issues half of it (one 32-key box and its scales) multicast to both CTAs; each empty barrier
-// counts both CTAs' math warpgroups (the other's as four arrivals for 32, one by each warp's first
-// lane after the warp's reads of the stage and a release at cluster scope: release_stage), so
-// neither producer refills a stage that either CTA still reads.
-// Each full barrier also counts both producers (an arrival from each, whether or not its half
-// holds any block): otherwise, where the other CTA's half is empty, this CTA could consume a
-// stage's next tile, and arrive for it on the other CTA's empty barrier, before that barrier's
-// phase for the previous tile had all its local arrivals. With it, a CTA takes a tile only after
-// both producers saw both CTAs release the stage's previous one. The argument above then holds
-// for the pair when one warp loads every tile of a stage (the stage count a multiple of the
-// loading warps, which the launcher asserts for paired instances): the other CTA's arrivals for
-// two different stages, by one thread but to different addresses, may land in either order, so a
-// loading warp may rely only on what it waited for itself. (tests/python/test_decode_ring_model.py
-// runs the ring over random interleavings, remote arrivals delivered out of order.) The pair's
-// cluster barrier is passed once the barriers of both are initialized (before any access to the
-// other CTA) and once more before either CTA exits, released: its arrivals on the other CTA's
-// barriers are then performed. A remote arrival on an empty barrier answers for its warp's reads
-// of the stage (the MMA it waited for, its lanes' key scales) by PTX's rules: __syncwarp, a
-// fence.release.sync_restrict::shared::cta.cluster, the relaxed arrival; the producer's
-// fence.acquire.sync_restrict::shared::cluster.cluster after its wait. (One relaxed arrival by
-// thread 0 for the warpgroup, as before, left both to the hardware's order: compute-sanitizer's
-// racecheck reported the key-scale loads against the other CTA's refill.)
-//
-// Warp roles (128 x (1 + math warpgroups) threads):
-//   warpgroup 0           producers (paged_producer.cuh): each loading warp (loading_warps:
-//                         four, or three beside three math warpgroups) walks the segment and
-//                         loads every fourth (third) key tile (one warp's per-tile bookkeeping,
-//                         a chain of dependent instructions, cannot issue tiles as fast as HBM
-//                         delivers them), its lanes looking up the block ids of its next 32
-//                         tiles at once (the 32 after those already in flight), lane 0 issuing
-//                         the TMA boxes of kKeyBoxRows rows (or, for block strides TMA cannot
-//                         express, every lane 4-byte cp.async with the same swizzle); warp 0 also
-//                         loads q / weights per group; the last loading warp, once its first
-//                         pass over the ring is issued, prefetches into L2 what the producers
-//                         read at the start of each later group (block-table entries, q,
-//                         weights); warp 1 prefetches, before the wait for the previous kernel,
-//                         the metadata rows and context lengths. Then all four clean
-//                         (clean_logits): -inf over every row's columns from its length rounded
-//                         up to a tile to max_context_len, spread over all CTAs.
-//   math warpgroups       four, three or two (math_warpgroups: as many as the register file
-//                         holds); tile t goes to math warpgroup t % count, so the others' MMAs
-//                         run while one warpgroup's epilogue (paged_epilogue.cuh: relu, weight,
-//                         head sum in registers then across the 4 lanes of a quad, key scale,
-//                         store) runs.
-// Registers: the CTA owns what __launch_bounds__ gives it (64K over the threads in steps of 8:
-// 168 a thread with two math warpgroups, 128 with three, 96 with four); setmaxnreg only moves
-// registers between its warps, and an increase the pool cannot cover blocks forever. So
-// warpgroup 0 drops to 56 and the math warpgroups rise to 104 (four: 32 accumulators and 16
-// weights a thread), 152 (three: 64 accumulators and 32 weights) or 224 (two: up to 128
-// accumulators and, for groups of up to 4 rows, 64 weights; beyond, weights read from shared
-// memory per tile; below 224 ptxas serializes the wgmma pipeline of the two-chunk instances).
-// Weights in registers spare the per-tile shared-memory loads, which contend with the wgmma
-// operand reads. Each instance is compiled for groups of up to kMmaRows rows, so its wgmma shapes
-// are constants (a shape picked at run time serializes the pipeline too).
-//
-// Shared memory (make_smem_layout; its accessors in paged_shared_state.cuh): 2 x (q slot +
-// weight slot) + one fp32 weight copy per math warpgroup + stages x (64 x D key bytes + 256
-// bytes of scales + 4) + barriers, within the opt-in maximum (227 KB on H100 / H200).
-//
-// Coverage: (row, tile) pairs are owned by exactly one worker (one CTA of a pair); the owner
-// writes every column of the tile below max_context_len that is below the row's length rounded up
-// to 64: the logit where the key is inside the window (position < length, block id valid), else
-// -inf when clean_logits. The cleaners write the columns past that, so with clean_logits every
-// element [0, max_context_len) of every row is written exactly once, and nothing outside it ever
-// is.
+// H = 64. docs/design.md, "The decode kernel", describes the tiling, the stage ring and its
+// barriers (and why a stage always serves one math warpgroup), the CTA pairs' protocol, the warp
+// roles, registers and coverage; paged_plan.cuh the parameters and shared-memory layout.
 #pragma once
 
 #include <cuda.h>
@@ -310,8 +217,8 @@ __global__ void __launch_bounds__(kernel_threads(kMmaRows, H), 1)
   // The pipeline's barriers: initialized by a math thread, idle until its group's q lands, while
   // the producers' first dependent reads are under way; each role waits for pipeline_ready
   // before its first barrier use. Before the wait (where a CTA that lands as the previous call's
-  // last CTA leaves pays for them in full) they took ~0.75 us, one thread faster than one
-  // barrier a lane (docs/perf-notes.md, "The pipeline's barriers initialized after the wait").
+  // last CTA leaves pays for them in full) they lengthened every call; one thread was faster than
+  // one barrier a lane (docs/design.md, "Choices made by measurement").
   if (threadIdx.x == 128) {
     for (int stage = 0; stage < params.smem.stages; ++stage) {
       // The TMA thread (in a pair, both CTAs' TMA threads), or the copying warp.

@@ -40,8 +40,8 @@ inline constexpr int kQBoxRows = 64;           // (row, head) pairs per q TMA bo
 inline constexpr int kKeyBoxRows = 32;         // key rows per TMA box (a block is one or two)
 inline constexpr int kMaxStages = 32;
 // Key bytes a CTA keeps in flight, at most (12 tiles at D = 128). More only lengthens the queue
-// at HBM: the SMs' loads then complete less evenly, and a call ends later by a few microseconds
-// (docs/perf-notes.md, "Fewer key bytes in flight").
+// at HBM: the SMs' loads then complete less evenly, and a call ends later (docs/design.md,
+// "Choices made by measurement").
 inline constexpr std::uint32_t kMaxKeyBytesInFlight = 96 * 1024;
 inline constexpr int kQSlots = 2;  // a group's q is loaded while the previous one runs
 inline constexpr int kScaleBytes = 4;
@@ -139,9 +139,9 @@ __host__ __device__ constexpr int kernel_threads(int mma_rows, int heads) {
 // in the instance for pair_rows rows, one chunk whose MMA is issued in two parts. Each SM then
 // streams the keys of two workers for half the rows, the same work as before, but with the
 // one-chunk instance's epilogue in place of two chunks a tile.
-// Measured ("CTA pairs for groups of 5-8 rows" in docs/perf-notes.md): groups of 6-8 rows gain
-// 1-18%, groups of 5 (the second CTA's 2 rows in the 3-row instance) lose 10-11%; so the groups
-// that pair are those at least 2 rows past one chunk.
+// Measured (docs/design.md, "Choices made by measurement"): groups of 6-8 rows gain, groups of
+// 5 (the second CTA's 2 rows in the 3-row instance) lose; so the groups that pair are those at
+// least 2 rows past one chunk.
 __host__ __device__ constexpr bool pairs_groups(int group_rows, int heads) {
   return chunk_count(group_rows, heads) > 1 && group_rows - chunk_rows(heads) >= 2;
 }

@@ -147,8 +147,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
 // entries and weights (a few hundred bytes to a few kilobytes) are kept with evict_last. Its q
 // rows (8 KB a row at H = 64, D = 128, megabytes a call) are not, for what that much evict_last
 // data left behind might cost the kernels between two calls; their load then waits on HBM
-// (~1 us a call at ~4 groups a CTA: docs/perf-notes.md, "Later groups' table entries kept in
-// L2").
+// (docs/design.md, "Choices made by measurement").
 template <int H, int kMmaRows, bool kPaired>
 __device__ void prefetch_later_groups(const PagedParams& p, int head_dim, int lane) {
   constexpr int kLine = kL2LineBytes;
@@ -195,8 +194,7 @@ __device__ void produce(const PagedParams& p, const SharedState& s, int producer
   RingPosition<kQSlots> q_ring;
   // The last loading warp warms L2 for the later groups once it has issued its tiles of the first
   // pass over the ring. Before that, the walk (a chain of dependent reads) would hold back its
-  // first tiles, and with them the end of a short call (docs/perf-notes.md, "A call's fixed
-  // cost").
+  // first tiles, and with them the end of a short call (docs/design.md).
   bool later_groups_warmed = producer != kLoaders - 1;
   bool pair_ready = !kPaired;
   int group_begin = 0;  // the group's first slot in the CTA's tile sequence

@@ -3,8 +3,8 @@
 // relu(x) = (|x| + x) / 2, so for one query (heads q_h, weights w_h) and one key k:
 //     sum_h w_h relu(q_h . k) = sum_h (w_h / 2) |q_h . k|  +  v . k,   v = sum_h (w_h / 2) q_h.
 // The first sum costs the epilogue one FFMA per (key, head), its |x| a free operand modifier,
-// where relu costs an FMNMX besides (docs/perf-notes.md: epilogue instructions add to the tensor
-// time, so the FMNMX alone is 7-16% of a tile). The second is a dot product per (key, query): a
+// where relu costs an FMNMX besides (epilogue instructions add to the tensor time: docs/design.md,
+// "Choices made by measurement"). The second is a dot product per (key, query): a
 // few more MMA columns. v is fp32 and the MMA takes e4m3, so v enters as kFoldTerms e4m3 rows,
 //     v ~= sum_s t_s * 2^-(a + kTermShift * s),
 // a placing max |v| in [128, 256) and each term carrying the rounding error of the ones before

@@ -1,58 +1,8 @@
-// FP8 prefill logits (docs/contract.md, "Prefill") on sm_90a.
-//
-// Tiling. Query rows are cut into blocks of kBlockQ = 256 / H rows (schedule.hpp): two groups of
-// kGroupQ = 128 / H rows, i.e. kGroupN = 128 (query, head) columns each. Keys are the M side of
-// the MMA. A work item is one 128-key tile of one block; the four math warpgroups share it, math
-// warpgroup w taking query group w / 2 and 64-key half w % 2 of the tile:
-//     acc[64 keys x 128 (q, h)] = K_half[64 x D] * Q_group[128 x D]^T   (wgmma m64n128k32 e4m3)
-// then logit[q, key] = kscale[key] * sum_h w[q, h] * relu(acc[key, (q, h)]). At H = 64, in blocks
-// of kFoldMinTiles tiles or more, the relu is |x| plus a linear half that the MMA computes in 8
-// more columns (m64n136k32; the folded query rows of prefill_folded_query.cuh, term s of query q
-// with multiplier m[q, s]):
-//     logit[q, key] = kscale[key] * (sum_h (w[q, h] / 2) |acc[key, (q, h)]|
-//                                    + sum_s m[q, s] acc[key, (q, s)]).
-// Shorter blocks keep the relu: their fold would not hide under the previous block's tiles.
-// A warpgroup whose half of a tile lies outside the hull of its query group's windows (a block's
-// window edges, causal diagonals: schedule::prefill_half_tiles) skips that tile's MMA and
-// epilogue and stages -inf, which is what they would have given there.
-//
-// Warp roles (640 threads, one CTA per SM, persistent); warpgroup 0's in prefill_producer.cuh,
-// the parameters, constants and shared-memory carve-up in prefill_plan.cuh:
-//   warpgroup 0, warp 0    producer: TMA loads of K tiles + key scales (kStages-deep ring).
-//   warpgroup 0, warps 1-2 query warps: per block, as soon as one of the 2 Q buffers is free,
-//                          its Q rows by TMA, its state for the math warps (span, weights, row
-//                          windows: BlockState), the fold of its queries where it folds, then
-//                          q_ready; all while the previous block computes. Every walk over the
-//                          blocks loads the next block's windows one block ahead.
-//   warpgroup 0, warp 3    store warp: each tile's staged logits to global memory by TMA, one
-//                          box of the block's rows (full output) or one per row (compressed
-//                          output, rows staged rotated onto the 16-byte grid); then the stage is
-//                          free.
-//   warpgroups 1-4         math + epilogue: per Q buffer the block the query warps staged (a span
-//                          of kEndOfBlocks ends the CTA), per tile the MMA into one accumulator
-//                          set, then the relu * weight head reduction, the quad shuffles, the key
-//                          scale and the window, the logits staged in shared memory, while the
-//                          other three warpgroups' MMAs keep the tensor cores busy.
-// clean_logits is a pass of its own after this kernel (kernels/prefill_clean_kernel.cuh).
-// Registers (setmaxnreg): 32 for warpgroup 0 and 112 for the math warpgroups (64 accumulators,
-// 68 at H = 64, and the lane's 32 weights of the block among them).
-// Pipeline, per stage: kv_full (expect-tx by the producer), sums_full (each math thread arrives
-// once its logits of the tile are staged) and kv_empty (each store-warp lane, once its stores
-// have read them; for full output all lanes once lane 0's box has); per Q buffer q_full (TMA),
-// q_ready (each query-warp lane, once the state is staged and, in a folded block, the rows
-// folded) and q_empty (each math thread, once done with the block).
-// Shared memory (D = 128; PrefillShared): Q kQBuffers (3 at H = 64, else 2) x 2 groups x (128 + 8
-// folded at H = 64) rows x 128 B; per stage K 16 KiB, key scales 512 B and the staged logits
-// kBlockQ x 512 B; per Q buffer its block state (span, weights, windows, multipliers: 32 + 2 x
-// (576 + 16 kGroupQ + 16 kGroupQ at H = 64) B); barriers: up to 227 KiB, with 6 stages at
-// H = 64, 7 at H = 32, 6 at H = 16, 4 at H = 8 (prefill_plan.cuh).
-//
-// Scheduling: CTA c takes its contiguous segment of the (block, item) list, whose blocks come in
-// the folded order of schedule::prefill_block_at (short and long blocks in every segment): rows
-// c and c + 1 of the metadata, read when given and otherwise computed by the CTA itself
-// (find_segment). A block's first items stand for its own cost, the rest are its tiles
-// (schedule.hpp). Every output element is computed by the same instructions in the same order
-// either way, so both give bitwise-identical logits.
+// FP8 prefill logits (docs/contract.md, "Prefill") on sm_90a: persistent, one CTA an SM, a
+// producer, two query warps and a store warp beside four math warpgroups. docs/design.md, "The
+// prefill kernel", describes the tiling, the fold, the roles and the ring protocol;
+// prefill_plan.cuh the parameters, constants and shared-memory carve-up; prefill_producer.cuh
+// warpgroup 0's roles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -196,16 +146,16 @@ __device__ __forceinline__ void run_math(const PrefillParams& p, const PrefillSh
       float acc[kMmaN / 2];
       // Full output: the key windows of the lane's outputs in registers for all the block's
       // tiles (output i is query (4 i + lane % 4) % kGroupQ, one of kLaneQueries). Read per tile
-      // they waited behind the MMAs' operand reads (docs/perf-notes.md, "What holds the fold
-      // back"). Compressed output reads them per tile with their rotation: in registers as well,
-      // its loops spilled.
+      // they waited behind the MMAs' operand reads (docs/design.md, "Choices made by
+      // measurement"). Compressed output reads them per tile with their rotation: in registers
+      // as well, its loops spilled.
       int2 lane_windows[T::kLaneQueries];  // lo, hi
 #pragma unroll
       for (int k = 0; k < T::kLaneQueries; ++k) {
         const int4 window = group_windows[(4 * k + lane % 4) % T::kGroupQ];
         lane_windows[k] = make_int2(window.x, window.y);
       }
-      // Register allocation, measured (docs/perf-notes.md): the H = 64 bf16 loop steps its
+      // Register allocation, measured (docs/design.md): the H = 64 bf16 loop steps its
       // ring position as a tile count c (stage c % kStages, phase (c / kStages) % 2), with which
       // ptxas spills one value fewer a tile around the MMA there (and lays out the fp32 loop
       // shorter); every other loop steps the stage and phase, three instructions a tile fewer.

@@ -110,12 +110,11 @@ struct PrefillTiling {
   // (staging_row_bytes: 512 bytes apart for fp32, 256 for bf16).
   static constexpr int staging_row_bytes(int element) { return kTileKV * element; }
   static constexpr int kStagingBytes = kBlockQ * staging_row_bytes(4);
-  // A block needs this many tiles to take the fold (kFoldLinear): a fold takes the query warps
-  // ~10 us a block, its 32 KB of Q row reads queued behind the MMAs' operand reads in the SM's
-  // shared-memory data path (docs/perf-notes.md, "What holds the fold back"), which shorter
-  // blocks do not hide; they take the relu form (N = 128, FMNMX and FFMA), ~20% slower a tile
-  // but never waiting for a fold. Measured on the window patterns: 8 against 4 took packed 8 x
-  // 2048 from 375 to 322 us, 12 against 8 to 305 us (square causal 8192^2 487 to 454 us).
+  // A block needs this many tiles to take the fold (kFoldLinear): a fold's 32 KB of Q row reads
+  // queue behind the MMAs' operand reads in the SM's shared-memory data path, which shorter
+  // blocks do not hide; they take the relu form (N = 128, FMNMX and FFMA), slower a tile but
+  // never waiting for a fold. Chosen on the window patterns (docs/design.md, "Choices made by
+  // measurement").
   static constexpr int kFoldMinTiles = 12;
   // What the query warps stage for the math warps with each Q buffer (BlockState): the block's
   // span, then per query group its weights, laid out so that lane l of a math warp reads its 32
