@@ -9,20 +9,18 @@ from ._C import DType
 from ._arrays import (
     DEFAULT_LOGITS_DTYPE,
     INT32,
-    KV_SCALES,
-    Q_SCALES,
     Accepted,
     WEIGHTS,
     as_bool,
     as_int,
-    byte_view,
     describe,
     describe_optional,
     leading_size,
     logits_dtype_of,
     new_array,
     new_logits,
-    operand,
+    paged_operands,
+    prefill_operands,
     stream_of,
 )
 from ._errors import Vocabulary
@@ -260,11 +258,8 @@ def _prefill(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
                                          weights_accepted is not WEIGHTS)
         if logits is not None:
             return logits
-    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
-    _, kv_array, kv_scales = operand("kv", kv, KV_SCALES)
-    weights_array = describe("weights", weights, weights_accepted)
-    start = describe("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
-    end = describe("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
+    q_values, q_array, q_scales, kv_array, kv_scales, weights_array, start, end = \
+        prefill_operands(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, weights_accepted)
     meta = describe_optional("schedule_meta", schedule_meta, INT32)
     clean = as_bool("clean_logits", clean_logits)
     width = as_int("max_seqlen_k", max_seqlen_k)
@@ -591,12 +586,8 @@ def _paged(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor, bloc
                                                dtype, indices, weights_accepted is not WEIGHTS)
         if logits is not None:
             return logits
-    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
-    cache = byte_view("kv_cache", kv_cache)
-    weights_array = describe("weights", weights, weights_accepted)
-    lens = describe("context_lens", context_lens, INT32)
-    table = describe("block_table", block_table, INT32)
-    meta = describe("schedule_meta", schedule_meta, INT32)
+    q_values, q_array, q_scales, cache, weights_array, lens, table, meta = paged_operands(
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, weights_accepted)
     indices_array = describe_optional("indices", indices, INT32)
     width = as_int("max_context_len", max_context_len)
     clean = as_bool("clean_logits", clean_logits)

@@ -206,6 +206,30 @@ def operand(name: str, x: Any,
     return values, values_descriptor, scales_descriptor
 
 
+def prefill_operands(q: Any, kv: Any, weights: Any, start: Any, end: Any,
+                     weights_accepted: Accepted) -> tuple:
+    """A prefill call's inputs described, in argument order: (q's values array, q, q's scales,
+    kv, kv's scales, weights, start, end)."""
+    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
+    _, kv_array, kv_scales = operand("kv", kv, KV_SCALES)
+    return (q_values, q_array, q_scales, kv_array, kv_scales,
+            describe("weights", weights, weights_accepted),
+            describe("cu_seq_len_k_start", start, INT32),
+            describe("cu_seq_len_k_end", end, INT32))
+
+
+def paged_operands(q: Any, kv_cache: Any, weights: Any, context_lens: Any, block_table: Any,
+                   schedule_meta: Any, weights_accepted: Accepted) -> tuple:
+    """A decode call's inputs described, in argument order: (q's values array, q, q's scales,
+    cache, weights, context_lens, block_table, schedule_meta)."""
+    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
+    return (q_values, q_array, q_scales, byte_view("kv_cache", kv_cache),
+            describe("weights", weights, weights_accepted),
+            describe("context_lens", context_lens, INT32),
+            describe("block_table", block_table, INT32),
+            describe("schedule_meta", schedule_meta, INT32))
+
+
 def scales_name(name: str) -> str:
     """How messages name the scales of an operand passed as a ``(values, scales)`` pair."""
     return f"{name}: scales ({name}[1])"

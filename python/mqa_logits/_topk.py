@@ -15,19 +15,17 @@ from typing import Any, Optional, Tuple, Union
 from . import _C
 from ._arrays import (
     INT32,
-    KV_SCALES,
-    Q_SCALES,
     SHAPE,
     WEIGHTS,
     Accepted,
     as_bool,
     as_int,
-    byte_view,
     describe,
     describe_optional,
     leading_size,
     new_array,
-    operand,
+    paged_operands,
+    prefill_operands,
     stream_of,
 )
 from ._errors import Vocabulary
@@ -230,11 +228,8 @@ def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
         return _torch_ops.mqa_topk(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk,
                                    absolute_indices, return_values, schedule_meta)
     with_values = as_bool("return_values", return_values)
-    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
-    _, kv_array, kv_scales = operand("kv", kv, KV_SCALES)
-    weights_array = describe("weights", weights, WEIGHTS)
-    start = describe("cu_seq_len_k_start", cu_seq_len_k_start, INT32)
-    end = describe("cu_seq_len_k_end", cu_seq_len_k_end, INT32)
+    q_values, q_array, q_scales, kv_array, kv_scales, weights_array, start, end = \
+        prefill_operands(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, WEIGHTS)
     meta = describe_optional("schedule_meta", schedule_meta, INT32)
     k = as_int("topk", topk)
     with _PREFILL_WORDS:
@@ -309,12 +304,8 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
                                          schedule_meta, max_context_len, topk, cache_slots,
                                          return_values, indices)
     with_values = as_bool("return_values", return_values)
-    q_values, q_array, q_scales = operand("q", q, Q_SCALES)
-    cache = byte_view("kv_cache", kv_cache)
-    weights_array = describe("weights", weights, WEIGHTS)
-    lens = describe("context_lens", context_lens, INT32)
-    table = describe("block_table", block_table, INT32)
-    meta = describe("schedule_meta", schedule_meta, INT32)
+    q_values, q_array, q_scales, cache, weights_array, lens, table, meta = paged_operands(
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, WEIGHTS)
     indices_array = describe_optional("indices", indices, INT32)
     width = as_int("max_context_len", max_context_len)
     k = as_int("topk", topk)

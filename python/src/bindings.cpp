@@ -83,15 +83,39 @@ Layout to_tuple(const ml::OutputLayout& layout) {
   return {layout.rows, layout.cols, layout.row_stride};
 }
 
+// The inputs a prefill call and its top-k share, as the C++ API takes them.
+struct PrefillOperands {
+  ml::QuantizedTensor q, kv;
+  ml::TensorView weights, k_start, k_end;
+};
+
+PrefillOperands prefill_operands(nb::handle q, nb::handle q_scales, nb::handle kv,
+                                 nb::handle kv_scales, nb::handle weights, nb::handle k_start,
+                                 nb::handle k_end) {
+  return {quantized(q, q_scales, "q", "q_scales"), quantized(kv, kv_scales, "kv", "kv_scales"),
+          view_of(weights, "weights"), view_of(k_start, "cu_seq_len_k_start"),
+          view_of(k_end, "cu_seq_len_k_end")};
+}
+
+// The inputs a decode call and its top-k share.
+struct PagedOperands {
+  ml::QuantizedTensor q;
+  ml::TensorView kv_cache, weights, context_lens, block_table, schedule_meta;
+};
+
+PagedOperands paged_operands(nb::handle q, nb::handle q_scales, nb::handle kv_cache,
+                             nb::handle weights, nb::handle context_lens, nb::handle block_table,
+                             nb::handle schedule_meta) {
+  return {quantized(q, q_scales, "q", "q_scales"), view_of(kv_cache, "kv_cache"),
+          view_of(weights, "weights"), view_of(context_lens, "context_lens"),
+          view_of(block_table, "block_table"), view_of(schedule_meta, "schedule_meta")};
+}
+
 void prefill_logits(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle kv_scales,
                     nb::handle weights, nb::handle k_start, nb::handle k_end, nb::handle logits,
                     bool clean_logits, std::int64_t max_seqlen_k, nb::handle schedule_meta,
                     std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
-  const ml::QuantizedTensor kv_view = quantized(kv, kv_scales, "kv", "kv_scales");
-  const ml::TensorView weights_view = view_of(weights, "weights");
-  const ml::TensorView start_view = view_of(k_start, "cu_seq_len_k_start");
-  const ml::TensorView end_view = view_of(k_end, "cu_seq_len_k_end");
+  const PrefillOperands in = prefill_operands(q, q_scales, kv, kv_scales, weights, k_start, k_end);
   const ml::TensorView logits_view = view_of(logits, "logits");
   ml::MqaLogitsOptions options;
   options.clean_logits = clean_logits;
@@ -100,19 +124,15 @@ void prefill_logits(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
-  ml::mqa_logits(q_view, kv_view, weights_view, start_view, end_view, logits_view, options);
+  ml::mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end, logits_view, options);
 }
 
 void paged_logits(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::handle weights,
                   nb::handle context_lens, nb::handle block_table, nb::handle schedule_meta,
                   std::int64_t max_context_len, nb::handle logits, bool clean_logits,
                   nb::handle indices, std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
-  const ml::TensorView cache_view = view_of(kv_cache, "kv_cache");
-  const ml::TensorView weights_view = view_of(weights, "weights");
-  const ml::TensorView lens_view = view_of(context_lens, "context_lens");
-  const ml::TensorView table_view = view_of(block_table, "block_table");
-  const ml::TensorView meta_view = view_of(schedule_meta, "schedule_meta");
+  const PagedOperands in =
+      paged_operands(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta);
   const ml::TensorView logits_view = view_of(logits, "logits");
   ml::PagedMqaLogitsOptions options;
   options.clean_logits = clean_logits;
@@ -120,8 +140,8 @@ void paged_logits(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::ha
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
-  ml::paged_mqa_logits(q_view, cache_view, weights_view, lens_view, table_view, meta_view,
-                       max_context_len, logits_view, options);
+  ml::paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
+                       in.schedule_meta, max_context_len, logits_view, options);
 }
 
 void paged_metadata(nb::handle context_lens, int block_kv, int num_sms, nb::handle out,
@@ -167,11 +187,7 @@ void prefill_topk(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle k
                   nb::handle weights, nb::handle k_start, nb::handle k_end, std::int64_t topk,
                   nb::handle topk_indices, nb::handle workspace, nb::handle values,
                   bool absolute_indices, nb::handle schedule_meta, std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
-  const ml::QuantizedTensor kv_view = quantized(kv, kv_scales, "kv", "kv_scales");
-  const ml::TensorView weights_view = view_of(weights, "weights");
-  const ml::TensorView start_view = view_of(k_start, "cu_seq_len_k_start");
-  const ml::TensorView end_view = view_of(k_end, "cu_seq_len_k_end");
+  const PrefillOperands in = prefill_operands(q, q_scales, kv, kv_scales, weights, k_start, k_end);
   const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
   const ml::TensorView workspace_view = view_of(workspace, "workspace");
   ml::MqaTopkOptions options;
@@ -181,7 +197,7 @@ void prefill_topk(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle k
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
-  ml::mqa_topk(q_view, kv_view, weights_view, start_view, end_view, topk, indices_view,
+  ml::mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, topk, indices_view,
                workspace_view, options);
 }
 
@@ -190,12 +206,8 @@ void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::hand
                 std::int64_t max_context_len, std::int64_t topk, nb::handle topk_indices,
                 nb::handle workspace, nb::handle values, bool cache_slots, nb::handle indices,
                 std::uintptr_t stream) {
-  const ml::QuantizedTensor q_view = quantized(q, q_scales, "q", "q_scales");
-  const ml::TensorView cache_view = view_of(kv_cache, "kv_cache");
-  const ml::TensorView weights_view = view_of(weights, "weights");
-  const ml::TensorView lens_view = view_of(context_lens, "context_lens");
-  const ml::TensorView table_view = view_of(block_table, "block_table");
-  const ml::TensorView meta_view = view_of(schedule_meta, "schedule_meta");
+  const PagedOperands in =
+      paged_operands(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta);
   const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
   const ml::TensorView workspace_view = view_of(workspace, "workspace");
   ml::PagedMqaTopkOptions options;
@@ -205,8 +217,9 @@ void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::hand
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
-  ml::paged_mqa_topk(q_view, cache_view, weights_view, lens_view, table_view, meta_view,
-                     max_context_len, topk, indices_view, workspace_view, options);
+  ml::paged_mqa_topk(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
+                     in.schedule_meta, max_context_len, topk, indices_view, workspace_view,
+                     options);
 }
 
 void merge(nb::handle candidate_values, nb::handle candidate_indices, std::int64_t topk,

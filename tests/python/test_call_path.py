@@ -44,7 +44,8 @@ def test_plain_torch_tensors_take_the_fast_path(monkeypatch):
         raise AssertionError("a call of plain torch tensors took the general path")
 
     expected = {name: call() for name, call in calls()}
-    monkeypatch.setattr(_api, "operand", general)
+    monkeypatch.setattr(_api, "prefill_operands", general)
+    monkeypatch.setattr(_api, "paged_operands", general)
     monkeypatch.setattr(_api, "describe", general)
     for name, call in calls():
         assert torch.equal(bits(call()), bits(expected[name])), name
