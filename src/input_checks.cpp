@@ -28,7 +28,9 @@ void expect_same_metadata(const std::int32_t* given, const std::vector<std::int3
   const auto rows = static_cast<std::int64_t>(expected.size()) / schedule::kMetaCols;
   const auto refuse_cell = [&](std::int64_t i, const std::string& what) {
     refuse("schedule_meta", "expected " + function + " of this call's " + inputs + " for " +
-                                std::to_string(rows - 1) + " workers, got " + what +
+                                std::to_string(rows - 1) + " workers (its shape, [" +
+                                std::to_string(rows) + ", 2], gives the worker count: a cut-off "
+                                "buffer reads as fewer), got " + what +
                                 at(i / schedule::kMetaCols, i % schedule::kMetaCols) + " (" +
                                 std::to_string(given[i]) + ", expected " +
                                 std::to_string(expected[static_cast<std::size_t>(i)]) + ")");
