@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <utility>
+
+#include "mqa_logits/capabilities.hpp"
 
 namespace mqa_logits::cli {
 namespace {
@@ -72,6 +75,39 @@ auto set_int(Int Options::*field, Int min_value) {
   };
 }
 
+// "8, 16, 32 or 64" (`last` "or"), or "32|64" (`last` "|", every separator too).
+template <std::size_t N>
+std::string listed(const int (&values)[N], std::string_view last = " or ") {
+  const std::string_view between = last == "|" ? "|" : ", ";
+  std::string text;
+  for (std::size_t i = 0; i < N; ++i) {
+    text += (i == 0 ? "" : (i + 1 == N ? std::string(last) : std::string(between))) +
+            std::to_string(values[i]);
+  }
+  return text;
+}
+
+// The help of the options whose values the capability table gives.
+const std::string& heads_help() {
+  static const std::string text =
+      "query heads: " + listed(capabilities::kHeadCounts) + " (default 64)";
+  return text;
+}
+const std::string& head_dim_help() {
+  static const std::string text = "head dim: " + listed(capabilities::kHeadDims) + "; MXFP4 " +
+                                  listed(capabilities::kMxfp4HeadDims) + " (default 128)";
+  return text;
+}
+const std::string& next_n_help() {
+  static const std::string text =
+      "queries per sequence: 1 to " + std::to_string(capabilities::kMaxNextN) + " (default 1)";
+  return text;
+}
+const std::string& block_kv_values() {
+  static const std::string text = listed(capabilities::kBlockKvs, "|");
+  return text;
+}
+
 template <typename Setter>
 auto set_switch(Setter setter) {
   return [setter](Options& o, std::string_view, std::string_view) { setter(o); };
@@ -94,9 +130,9 @@ const std::vector<OptionSpec>& option_specs() {
              flag, v,
              {{"fp8", Format::kFP8}, {"mxfp8", Format::kMXFP8}, {"mxfp4", Format::kMXFP4}});
        }},
-      {"--heads", Scope::kBoth, "H", "query heads: 8, 16, 32 or 64 (default 64)",
+      {"--heads", Scope::kBoth, "H", heads_help(),
        set_int(&Options::head_count, std::int64_t{1})},
-      {"--head-dim", Scope::kBoth, "D", "head dim: 32, 64 or 128; MXFP4 64 or 128 (default 128)",
+      {"--head-dim", Scope::kBoth, "D", head_dim_help(),
        set_int(&Options::head_dim, std::int64_t{1})},
       {"--bf16", Scope::kBoth, "", "bf16 weights and logits (default fp32)",
        set_switch([](Options& o) { o.bf16 = true; })},
@@ -157,12 +193,12 @@ const std::vector<OptionSpec>& option_specs() {
 
       {"--batch", Scope::kDecode, "B", "sequences (default 64)",
        set_int(&Options::batch, std::int64_t{1})},
-      {"--next-n", Scope::kDecode, "N", "queries per sequence: 1 to 8 (default 1)",
+      {"--next-n", Scope::kDecode, "N", next_n_help(),
        set_int(&Options::next_n, std::int64_t{1})},
       {"--context", Scope::kDecode, "L",
        "average context length; lengths are uniform in [L/2, 3L/2]\n(default 8192)",
        set_int(&Options::avg_context, std::int64_t{1})},
-      {"--block-kv", Scope::kDecode, "32|64", "tokens per KV-cache block (default 64)",
+      {"--block-kv", Scope::kDecode, block_kv_values(), "tokens per KV-cache block (default 64)",
        set_int(&Options::block_kv, 1)},
   };
   return specs;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "instances.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "validate_checks.hpp"
 
 namespace mqa_logits {
@@ -152,7 +153,7 @@ std::int64_t expect_kv_cache(Arg cache, Format format, std::int64_t token_bytes)
   checks::expect_rank(cache, 4, dims);
   const auto& shape = cache.view.shape;
   const auto& strides = cache.view.strides;
-  checks::expect_one_of(cache.name, "block_kv (dim 1)", shape[1], {32, 64});
+  checks::expect_in_set(cache.name, "block_kv (dim 1)", shape[1], capabilities::kBlockKvs);
   const std::int64_t row_bytes = token_bytes + static_cast<std::int64_t>(kScaleBytes);
   checks::expect_shape(cache, {shape[0], shape[1], 1, row_bytes}, dims);
   if (strides[3] != 1 || strides[1] != row_bytes) {
@@ -322,7 +323,7 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   const std::int64_t next_n = q.values.shape[1];
   const std::int64_t num_heads = q.values.shape[2];
   const std::int64_t token_bytes = q.values.shape[3];
-  checks::expect_one_of("q", "next_n (dim 1)", next_n, {1, 2, 3, 4, 5, 6, 7, 8});
+  checks::expect_in_set("q", "next_n (dim 1)", next_n, checks::next_n_values());
   expect_query_scales(q, "[B, N, H]");
   const std::int64_t block_stride = expect_kv_cache({kv_cache, "kv_cache"}, format, token_bytes);
   const bool lens_2d = expect_context_lens({context_lens, "context_lens"}, batch, next_n);

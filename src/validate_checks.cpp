@@ -1,6 +1,7 @@
 #include "validate_checks.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <iterator>
@@ -10,6 +11,7 @@
 
 #include "cuda/cuda_backend.hpp"
 #include "instances.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "mqa_logits/errors.hpp"
 
 namespace mqa_logits::checks {
@@ -70,6 +72,20 @@ void expect_in(const char* argument, std::string_view what, std::int64_t value,
 }
 
 }  // namespace
+
+void expect_in_set(const char* argument, std::string_view what, std::int64_t value,
+                   std::span<const int> allowed) {
+  expect_in(argument, what, value, allowed);
+}
+
+std::span<const int> next_n_values() {
+  static const auto values = [] {
+    std::array<int, capabilities::kMaxNextN> all{};
+    for (int n = 0; n < capabilities::kMaxNextN; ++n) all[static_cast<std::size_t>(n)] = n + 1;
+    return all;
+  }();
+  return values;
+}
 
 void refuse(const char* argument, const std::string& message) {
   throw InvalidArgument(argument, message);
@@ -297,7 +313,8 @@ Format infer_format(const QuantizedTensor& q) {
 std::int64_t head_dim(Format format, std::int64_t stored_dim) {
   if (format == Format::kMXFP4) {
     const std::int64_t dim = 2 * stored_dim;
-    expect_one_of("q", "MXFP4 head dim (2 x the last dim of q)", dim, {64, 128});
+    expect_in("q", "MXFP4 head dim (2 x the last dim of q)", dim,
+              capabilities::kMxfp4HeadDims);
     return dim;
   }
   expect_in("q", std::string(format_name(format)) + " head dim (last dim)", stored_dim,

@@ -29,6 +29,11 @@ std::string shape_string(const TensorView& view);  // "[4, 8, 128]"
 // `value` is one of `allowed`; `what` describes the value, e.g. "heads (dim 1)".
 void expect_one_of(const char* argument, std::string_view what, std::int64_t value,
                    std::initializer_list<std::int64_t> allowed);
+// `value` is one of a set of the capability table (mqa_logits/capabilities.hpp).
+void expect_in_set(const char* argument, std::string_view what, std::int64_t value,
+                   std::span<const int> allowed);
+// The next_n values decode takes: 1 to capabilities::kMaxNextN.
+std::span<const int> next_n_values();
 void expect_at_least(const char* argument, std::string_view what, std::int64_t value,
                      std::int64_t minimum);
 // minimum <= value <= maximum.

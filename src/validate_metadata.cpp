@@ -4,6 +4,7 @@
 #include <string>
 
 #include "validate.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "validate_checks.hpp"
 
 namespace mqa_logits {
@@ -92,8 +93,8 @@ PagedMetadataRequest validate_paged_metadata(const TensorView& context_lens, int
   const std::int64_t batch = context_lens.shape[0];
   const bool lens_2d = context_lens.rank == 2;
   const std::int64_t next_n = lens_2d ? context_lens.shape[1] : 1;
-  if (lens_2d) checks::expect_one_of(lens.name, "next_n (dim 1)", next_n, {1, 2, 3, 4, 5, 6, 7, 8});
-  checks::expect_one_of("block_kv", "block_kv", block_kv, {32, 64});
+  if (lens_2d) checks::expect_in_set(lens.name, "next_n (dim 1)", next_n, checks::next_n_values());
+  checks::expect_in_set("block_kv", "block_kv", block_kv, capabilities::kBlockKvs);
   checks::expect_in_range("num_sms", "num_sms", num_sms, 1, checks::kMaxWorkers);
   if (indices) {
     if (next_n != 1) {

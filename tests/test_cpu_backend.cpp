@@ -20,6 +20,7 @@
 #include "cpu/kernel.hpp"
 #include "cpu/parallel.hpp"
 #include "metadata.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 #include "support/reference.hpp"
 #include "support/workload.hpp"
@@ -212,16 +213,17 @@ std::string describe(const PagedSpec& s) {
          " max_context_len=" + std::to_string(s.max_context_len) + " seed=" + std::to_string(s.seed);
 }
 
-std::int64_t pick(std::span<const std::int64_t> values, std::size_t k) {
+std::int64_t pick(std::span<const int> values, std::size_t k) {
   return values[k % values.size()];
 }
 
 // ---- prefill -----------------------------------------------------------------------------------
 
 TEST(CpuPrefill, MatchesReferenceOverOptionMatrix) {
-  constexpr std::int64_t kHeads[] = {8, 16, 32};
-  constexpr std::int64_t kDims[] = {32, 64, 128};
-  constexpr std::int64_t kMxfp4Dims[] = {64, 128};
+  // Every head count but the largest (the slowest on the CPU), every head dim.
+  const std::span kHeads(capabilities::kHeadCounts, std::size(capabilities::kHeadCounts) - 1);
+  const auto& kDims = capabilities::kHeadDims;
+  const auto& kMxfp4Dims = capabilities::kMxfp4HeadDims;
   std::size_t k = 0;
   for (const Format format : kFormats) {
     for (const Dtypes dtypes : kDtypes) {
@@ -526,11 +528,11 @@ TEST(CpuPrefill, UnevenRequestLengths) {
 // ---- paged -------------------------------------------------------------------------------------
 
 TEST(CpuPaged, MatchesReferenceOverOptionMatrix) {
-  constexpr std::int64_t kHeads[] = {8, 16, 64};
-  constexpr std::int64_t kDims[] = {64, 128, 32};
+  constexpr int kHeads[] = {8, 16, 64};   // a subset for the CPU's time, in an order that
+  constexpr int kDims[] = {64, 128, 32};  // meets every format and next_n
   std::size_t k = 0;
   for (const Format format : kFormats) {
-    for (std::int64_t next_n = 1; next_n <= 8; ++next_n) {
+    for (std::int64_t next_n = 1; next_n <= capabilities::kMaxNextN; ++next_n) {
       for (const bool lens_2d : {false, true}) {
         ++k;
         const Dtypes dtypes = kDtypes[k % 3];

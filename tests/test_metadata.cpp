@@ -11,6 +11,7 @@
 
 #include "metadata.hpp"
 #include "schedule.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 
 namespace mqa_logits {
@@ -161,9 +162,9 @@ struct PrefillCase {
 };
 
 PrefillCase random_prefill_case(std::mt19937& gen, int trial) {
-  const int heads[] = {8, 16, 32, 64};
+  const auto& heads = capabilities::kHeadCounts;
   PrefillCase c;
-  c.H = heads[trial % 4];
+  c.H = heads[static_cast<std::size_t>(trial) % std::size(heads)];
   c.T = std::uniform_int_distribution<std::int64_t>(0, 6000)(gen);
   const auto S = std::uniform_int_distribution<std::size_t>(0, 400)(gen);
   const int kind = trial % 5;

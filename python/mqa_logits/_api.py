@@ -102,7 +102,7 @@ def fp8_fp4_mqa_logits(
     Args:
         q: ``[S, H, D]`` float8_e4m3fn (FP8, MXFP8) or ``[S, H, D/2]`` int8/uint8 (MXFP4), or a
             ``(values, scales)`` pair: scales ``None`` (FP8) or int32 ``[S, H]`` packed UE8M0
-            (MX). H in {8, 16, 32, 64}; D in {32, 64, 128} (MXFP4: {64, 128}). Contiguous.
+            (MX). H in @HEADS@; D in @DIMS@ (MXFP4: @MXFP4_DIMS@). Contiguous.
         kv: ``(values, scales)``: values ``[T, D]`` float8_e4m3fn or ``[T, D/2]`` int8/uint8
             (MXFP4); scales ``[T]`` float32 (FP8: one per key token) or int32 packed UE8M0
             (MX). Contiguous.
@@ -194,7 +194,7 @@ def fp8_mqa_logits(
 
     Args:
         q: ``[S, H, D]`` float8_e4m3fn (numpy: uint8 e4m3 codes), or ``(values, None)``. H in
-            {8, 16, 32, 64}, D in {32, 64, 128}. Contiguous.
+            @HEADS@, D in @DIMS@. Contiguous.
         kv: ``(values, scales)``: values ``[T, D]`` float8_e4m3fn (numpy: uint8 codes), scales
             ``[T]`` float32, one per key token. Contiguous.
         weights: ``[S, H]`` float32 (bfloat16 weights need bfloat16 logits:
@@ -219,7 +219,7 @@ def fp8_mqa_logits(
         TypeError: an argument of the wrong type or dtype, e.g. ``"weights: expected dtype
             float32 (fp8_mqa_logits returns float32 logits), got bfloat16"``.
         ValueError: any other invalid input (shape, stride, alignment, device, unsupported H
-            or D), e.g. ``"q: expected heads (dim 1) in {8, 16, 32, 64}, got 12"``. Messages
+            or D), e.g. ``"q: expected heads (dim 1) in @HEADS@, got 12"``. Messages
             name the argument as this function spells it. Nothing is launched or written on
             refusal.
 
@@ -290,7 +290,7 @@ def get_mqa_logits_metadata(
             gets it. Contiguous.
         cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window.
         num_kv_tokens: T, the number of keys of the logits call (``>= 0``).
-        num_heads: H of the logits call: 8, 16, 32 or 64.
+        num_heads: H of the logits call, one of @HEADS@.
 
     Returns:
         int32 ``[get_num_sms() + 1, 2]`` on the windows' device and of their framework.
@@ -415,8 +415,8 @@ def fp8_fp4_paged_mqa_logits(
     Args:
         q: ``[B, N, H, D]`` float8_e4m3fn (numpy FP8: uint8 codes) or ``[B, N, H, D/2]``
             int8/uint8 (MXFP4), or a ``(values, scales)`` pair with scales ``None`` (FP8) or
-            int32 ``[B, N, H]`` packed UE8M0 (MX). N (next_n) from 1 to 8, H in {8, 16, 32, 64},
-            D in {32, 64, 128} (MXFP4: {64, 128}). Contiguous.
+            int32 ``[B, N, H]`` packed UE8M0 (MX). N (next_n) from 1 to @MAX_NEXT_N@, H in
+            @HEADS@, D in @DIMS@ (MXFP4: @MXFP4_DIMS@). Contiguous.
         kv_cache: ``[num_blocks, block_kv, 1, D + 4]`` bytes (``D/2 + 4`` for MXFP4), any 1-byte
             dtype, block_kv 32 or 64: each block holds its ``block_kv`` tokens' values, then
             their 4-byte scales (float32 for FP8, packed UE8M0 int32 for MX); dense within a
@@ -512,7 +512,7 @@ def fp8_paged_mqa_logits(
 
     Args:
         q: ``[B, N, H, D]`` float8_e4m3fn (numpy: uint8 e4m3 codes), or ``(values, None)``.
-            N (next_n) from 1 to 8, H in {8, 16, 32, 64}, D in {32, 64, 128}. Contiguous.
+            N (next_n) from 1 to @MAX_NEXT_N@, H in @HEADS@, D in @DIMS@. Contiguous.
         kv_cache: ``[num_blocks, block_kv, 1, D + 4]`` bytes, any 1-byte dtype, block_kv 32 or
             64: each block holds its ``block_kv`` tokens' e4m3 values, then their float32
             scales; dense within a block, blocks any multiple of 4 bytes apart.
@@ -671,3 +671,16 @@ def cuda_backend_available() -> bool:
         True
     """
     return bool(_C.cuda_backend_available())
+
+
+# The docstrings' supported sets come from the capability table (mqa_logits/capabilities.hpp).
+def _set_text(values) -> str:
+    return "{" + ", ".join(str(v) for v in values) + "}"
+
+
+_CAPABILITIES = {"@HEADS@": _set_text(_C.HEAD_COUNTS), "@DIMS@": _set_text(_C.HEAD_DIMS),
+                 "@MXFP4_DIMS@": _set_text(_C.MXFP4_HEAD_DIMS), "@MAX_NEXT_N@": str(_C.MAX_NEXT_N)}
+for _function in (fp8_fp4_mqa_logits, fp8_mqa_logits, get_mqa_logits_metadata,
+                  fp8_fp4_paged_mqa_logits, fp8_paged_mqa_logits):
+    for _word, _text in _CAPABILITIES.items():
+        _function.__doc__ = _function.__doc__.replace(_word, _text)

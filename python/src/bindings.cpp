@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "api_table.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "mqa_logits/errors.hpp"
 #include "mqa_logits/mqa_logits.hpp"
 #include "mqa_logits/tensor.hpp"
@@ -368,6 +369,17 @@ NB_MODULE(_C, m) {
         nb::arg("stream"), "Prefill schedule metadata into `out` (int32 [get_num_sms() + 1, 2]).");
 
   m.attr("MAX_TOPK") = ml::kMaxTopk;
+  // The capability table (mqa_logits/capabilities.hpp), for the package's docstrings and checks.
+  const auto ints = [](const auto& values) {
+    nb::list list;
+    for (const int value : values) list.append(value);
+    return nb::tuple(list);
+  };
+  m.attr("HEAD_COUNTS") = ints(ml::capabilities::kHeadCounts);
+  m.attr("HEAD_DIMS") = ints(ml::capabilities::kHeadDims);
+  m.attr("MXFP4_HEAD_DIMS") = ints(ml::capabilities::kMxfp4HeadDims);
+  m.attr("MAX_NEXT_N") = ml::capabilities::kMaxNextN;
+  m.attr("BLOCK_KVS") = ints(ml::capabilities::kBlockKvs);
   m.def("mqa_topk_workspace_bytes", &ml::mqa_topk_workspace_bytes, nb::arg("seq_len"),
         nb::arg("seq_len_kv"), nb::arg("topk"), "Bytes of the workspace mqa_topk needs.");
   m.def("paged_mqa_topk_workspace_bytes", &ml::paged_mqa_topk_workspace_bytes,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "executor.hpp"
+#include "mqa_logits/capabilities.hpp"
 #include "options.hpp"
 #include "preflight.hpp"
 #include "progress.hpp"
@@ -132,17 +133,28 @@ struct Refused {
   std::string expects;  // part of the library's own words
 };
 
+// A set of the capability table as the library's messages write it: "{a, b, c}".
+template <std::size_t N>
+std::string set_of(const int (&values)[N]) {
+  std::string text = "{";
+  for (std::size_t i = 0; i < N; ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
 TEST(CliPreflight, NamesTheOptionTheLibraryRefuses) {
+  const std::string heads = set_of(capabilities::kHeadCounts);
   const std::vector<Refused> cases = {
       {{"decode", "--next-n", "9"}, "--next-n 9: ", "in {1, 2, 3, 4, 5, 6, 7, 8}, got 9"},
-      {{"decode", "--heads", "7"}, "--heads 7: ", "in {8, 16, 32, 64}, got 7"},
-      {{"prefill", "--heads", "128"}, "--heads 128: ", "in {8, 16, 32, 64}, got 128"},
-      {{"prefill", "--head-dim", "96"}, "--head-dim 96: ", "in {32, 64, 128}, got 96"},
+      {{"decode", "--heads", "7"}, "--heads 7: ", "in " + heads + ", got 7"},
+      {{"prefill", "--heads", "128"}, "--heads 128: ", "in " + heads + ", got 128"},
+      {{"prefill", "--head-dim", "96"}, "--head-dim 96: ",
+       "in " + set_of(capabilities::kHeadDims) + ", got 96"},
       {{"decode", "--format", "mxfp4", "--head-dim", "32"}, "--head-dim 32: ", "MXFP4 head dim"},
       {{"prefill", "--format", "mxfp4", "--head-dim", "129"},
        "--head-dim 129: ",
        "expected an even head dim"},
-      {{"decode", "--block-kv", "16"}, "--block-kv 16: ", "in {32, 64}, got 16"},
+      {{"decode", "--block-kv", "16"}, "--block-kv 16: ",
+       "in " + set_of(capabilities::kBlockKvs) + ", got 16"},
       {{"decode", "--heads", "1000000000000"}, "--heads 1000000000000: ", "got 1000000000000"},
       {{"prefill", "--seq-len-kv", "3000000000"},
        "--seq-len-kv 3000000000: ",

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mqa_logits/capabilities.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 namespace mqa_logits {
@@ -220,9 +221,9 @@ std::vector<PagedSpec> option_matrix() {
   const std::int64_t paddings[] = {0, 16, 4, 0, 12, 64};
   std::vector<PagedSpec> specs;
   int index = 0;
-  for (int dim : {32, 64, 128}) {
-    for (int heads : {8, 16, 32, 64}) {
-      for (int next_n = 0; next_n <= 8; ++next_n) {  // 0: the varlen form
+  for (int dim : capabilities::kHeadDims) {
+    for (int heads : capabilities::kHeadCounts) {
+      for (int next_n = 0; next_n <= capabilities::kMaxNextN; ++next_n) {  // 0: the varlen form
         PagedSpec s;
         s.varlen_indices = next_n == 0;
         s.batch = s.varlen_indices ? 11 : 2 + index % 4;

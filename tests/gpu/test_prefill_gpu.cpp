@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mqa_logits/capabilities.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "validation_inputs.hpp"
 
@@ -107,8 +108,8 @@ std::vector<PrefillSpec> option_matrix() {
   const WindowKind windows[] = {WindowKind::kCausal, WindowKind::kRandom, WindowKind::kFull,
                                 WindowKind::kContextParallel};
   int index = 0;
-  for (int heads : {8, 16, 32, 64}) {
-    for (int dim : {32, 64, 128}) {
+  for (int heads : capabilities::kHeadCounts) {
+    for (int dim : capabilities::kHeadDims) {
       for (const auto& [weights, logits] : dtypes) {
         PrefillSpec s;
         s.seq_len = 37 + 11 * (index % 5);
