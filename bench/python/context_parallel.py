@@ -62,7 +62,8 @@ def main() -> None:
 
     chunk = -(-T // world)
     first = min(rank * chunk, T)
-    local_kv = (keys[first:first + chunk].contiguous(), key_scales[first:first + chunk].contiguous())
+    local_kv = (keys[first:first + chunk].contiguous(),
+                key_scales[first:first + chunk].contiguous())
     call = lambda: cp.context_parallel_mqa_topk(q, local_kv, weights, starts, ends, k,
                                                 key_offset=first)
     parallel_us = timed_us(call, args.iters)
