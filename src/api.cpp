@@ -108,9 +108,20 @@ void launch_topk(const TopkProblem& problem, cudaStream_t stream) {
   }
 }
 
-// The logits of the fused operations live in the workspace: fp32, or bf16 with bf16 weights
-// (the dtype mqa_logits and paged_mqa_logits return for those weights).
-DType workspace_logits_dtype(const TensorView& weights) {
+// The logits of the fused operations live in the workspace, in the dtype asked for (validated
+// with the weights as the logits operations validate it), by default the weights' (fp32 for
+// anything but bf16, which validation then refuses by name).
+DType workspace_logits_dtype(const TensorView& weights, const std::optional<DType>& asked) {
+  if (asked) {
+    if (*asked != DType::kFloat32 && *asked != DType::kBFloat16) {
+      checks::refuse("logits_dtype", std::string("expected float32 or bfloat16, got ") +
+                                         dtype_name(*asked));
+    }
+    if (weights.dtype == DType::kBFloat16 && *asked != DType::kBFloat16) {
+      checks::refuse("logits_dtype", "expected bfloat16 (weights are bfloat16), got float32");
+    }
+    return *asked;
+  }
   return weights.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
 }
 
@@ -194,7 +205,8 @@ void mqa_topk(const QuantizedTensor& q, const QuantizedTensor& kv, const TensorV
   logits_options.check_inputs = options.check_inputs;
   logits_options.stream = options.stream;
   const TensorView logits = topk_checks::workspace_logits(
-      workspace, workspace_logits_dtype(weights), q.values.shape[0], kv.values.shape[0]);
+      workspace, workspace_logits_dtype(weights, options.logits_dtype), q.values.shape[0],
+      kv.values.shape[0]);
   const PrefillProblem problem = validate_prefill(q, kv, weights, k_start, k_end, logits,
                                                   logits_options, "workspace");
   topk_checks::expect_topk(topk);
@@ -240,7 +252,7 @@ void paged_mqa_topk(const QuantizedTensor& q, const TensorView& kv_cache,
   std::int64_t rows = 0;  // B * N as q gives them; validate_paged checks q's shape
   if (__builtin_mul_overflow(q.values.shape[0], q.values.shape[1], &rows)) rows = 0;
   const TensorView logits = topk_checks::workspace_logits(
-      workspace, workspace_logits_dtype(weights), rows, max_context_len);
+      workspace, workspace_logits_dtype(weights, options.logits_dtype), rows, max_context_len);
   const PagedProblem problem =
       validate_paged(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                      max_context_len, logits, logits_options, "workspace");

@@ -244,6 +244,7 @@ struct FusedCase {
   support::WindowKind windows;
   DType weights;
   std::int64_t topk;
+  DType logits = weights;  // bf16 logits of fp32 weights too
 };
 
 TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
@@ -252,6 +253,7 @@ TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
       {WindowKind::kCausal, DType::kFloat32, 2048},  {WindowKind::kRandom, DType::kFloat32, 300},
       {WindowKind::kPacked, DType::kFloat32, 64},    {WindowKind::kSliding, DType::kBFloat16, 512},
       {WindowKind::kContextParallel, DType::kFloat32, 1}, {WindowKind::kFull, DType::kBFloat16, 2048},
+      {WindowKind::kCausal, DType::kFloat32, 700, DType::kBFloat16},
   };
   for (const Format format : {Format::kFP8, Format::kMXFP4}) {
     for (const FusedCase& c : cases) {
@@ -262,7 +264,7 @@ TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
       spec.num_heads = 8;
       spec.head_dim = 64;
       spec.weights_dtype = c.weights;
-      spec.logits_dtype = c.weights;
+      spec.logits_dtype = c.logits;
       spec.windows = c.windows;
       if (c.windows == WindowKind::kPacked) spec.request_lengths = {5, 20, 1, 22};
       if (c.windows == WindowKind::kSliding) spec.sliding_window = 700;
@@ -276,6 +278,7 @@ TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
             mqa_topk_workspace_bytes(spec.seq_len, spec.seq_len_kv, c.topk)));
         MqaTopkOptions options;
         options.absolute_indices = absolute;
+        options.logits_dtype = c.logits;
         options.values =
             TensorView::contiguous(got.values.data(), DType::kFloat32, {spec.seq_len, c.topk});
         mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, c.topk,
@@ -316,6 +319,12 @@ TEST(MqaTopk, RefusesASmallWorkspaceAndWritesNothing) {
   expect_refused("topk", [&] {
     mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, 4096, int32_view(got.indices, {8, 16}),
              TensorView::contiguous(workspace.data(), DType::kUInt8, {bytes}));
+  });
+  expect_refused("logits_dtype", [&] {
+    MqaTopkOptions options;
+    options.logits_dtype = DType::kInt32;
+    mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, 16, int32_view(got.indices, {8, 16}),
+             TensorView::contiguous(workspace.data(), DType::kUInt8, {bytes}), options);
   });
   for (const std::int32_t v : got.indices) ASSERT_EQ(v, kIndexPoison);
 }

@@ -157,6 +157,9 @@ struct MqaTopkOptions {
   std::optional<TensorView> values;
   std::optional<TensorView> schedule_meta;  // as MqaLogitsOptions
   std::optional<bool> check_inputs;         // as MqaLogitsOptions
+  // The dtype of the logits the selection is over, as mqa_logits would return them: fp32 or
+  // bf16 (bf16 weights need bf16). Unset: the weights' dtype.
+  std::optional<DType> logits_dtype;
   cudaStream_t stream = nullptr;
 };
 
@@ -181,6 +184,7 @@ struct PagedMqaTopkOptions {
   std::optional<TensorView> values;
   std::optional<TensorView> indices;  // the varlen form, as PagedMqaLogitsOptions
   std::optional<bool> check_inputs;   // as PagedMqaLogitsOptions
+  std::optional<DType> logits_dtype;  // as MqaTopkOptions
   cudaStream_t stream = nullptr;
 };
 

@@ -23,6 +23,7 @@ from ._arrays import (
     describe,
     describe_optional,
     leading_size,
+    logits_dtype_of,
     new_array,
     paged_operands,
     prefill_operands,
@@ -177,7 +178,8 @@ def merge_topk(candidate_values: Tensor, candidate_indices: Tensor, topk: int,
 
 def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
              cu_seq_len_k_end: Tensor, topk: int, absolute_indices: bool = False,
-             return_values: bool = False, schedule_meta: Optional[Tensor] = None) -> Selection:
+             return_values: bool = False, schedule_meta: Optional[Tensor] = None,
+             logits_dtype: Any = None) -> Selection:
     """Prefill top-k: each query row's ``topk`` best keys, without returning the logits.
 
     The selected set is the top-k of exactly the logits :func:`fp8_fp4_mqa_logits` returns for
@@ -197,6 +199,9 @@ def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
         return_values: also return the selected logits (float32). Default False.
         schedule_meta: optional result of :func:`get_mqa_logits_metadata` for these windows.
             Default None.
+        logits_dtype: the dtype of the logits the selection is over, as
+            :func:`fp8_fp4_mqa_logits` would return them: float32 or bfloat16 (bfloat16 weights
+            need bfloat16). Default None: the weights' dtype.
 
     Returns:
         int32 ``[S, topk]`` indices (and float32 ``[S, topk]`` values with return_values) on
@@ -226,26 +231,28 @@ def mqa_topk(q: Any, kv: Any, weights: Tensor, cu_seq_len_k_start: Tensor,
 
     if _compiling():
         return _torch_ops.mqa_topk(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk,
-                                   absolute_indices, return_values, schedule_meta)
+                                   absolute_indices, return_values, schedule_meta, logits_dtype)
     with_values = as_bool("return_values", return_values)
     q_values, q_array, q_scales, kv_array, kv_scales, weights_array, start, end = \
         prefill_operands(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, WEIGHTS)
     meta = describe_optional("schedule_meta", schedule_meta, INT32)
     k = as_int("topk", topk)
+    dtype = None if logits_dtype is None else logits_dtype_of(logits_dtype)
     with _PREFILL_WORDS:
         rows, keys = leading_size(q_array, 1), leading_size(kv_array, 1)
         _, workspace_array = _workspace(q_values, _C.mqa_topk_workspace_bytes(rows, keys, k))
         indices, indices_array, values, values_array = _outputs(q_values, rows, k, with_values)
         _C.mqa_topk(q_array, q_scales, kv_array, kv_scales, weights_array, start, end, k,
                     indices_array, workspace_array, values_array,
-                    as_bool("absolute_indices", absolute_indices), meta, stream_of(q_array))
+                    as_bool("absolute_indices", absolute_indices), meta, dtype,
+                    stream_of(q_array))
     return (indices, values) if with_values else indices
 
 
 def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tensor,
                    block_table: Tensor, schedule_meta: Tensor, max_context_len: int, topk: int,
                    cache_slots: bool = False, return_values: bool = False,
-                   indices: Optional[Tensor] = None) -> Selection:
+                   indices: Optional[Tensor] = None, logits_dtype: Any = None) -> Selection:
     """Decode top-k: each row's ``topk`` best key positions, without returning the logits.
 
     The selected set is the top-k of exactly the logits :func:`fp8_fp4_paged_mqa_logits`
@@ -267,6 +274,9 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
         return_values: also return the selected logits (float32). Default False.
         indices: ``[B]`` int32 sequence labels of the varlen form (next_n 1), as for the
             logits. Default None.
+        logits_dtype: the dtype of the logits the selection is over, as
+            :func:`fp8_fp4_paged_mqa_logits` would return them: float32 or bfloat16. Default
+            None: the weights' dtype.
 
     Returns:
         int32 ``[B * N, topk]`` indices (and float32 values with return_values) on q's device.
@@ -302,13 +312,14 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
     if _compiling():
         return _torch_ops.paged_mqa_topk(q, kv_cache, weights, context_lens, block_table,
                                          schedule_meta, max_context_len, topk, cache_slots,
-                                         return_values, indices)
+                                         return_values, indices, logits_dtype)
     with_values = as_bool("return_values", return_values)
     q_values, q_array, q_scales, cache, weights_array, lens, table, meta = paged_operands(
         q, kv_cache, weights, context_lens, block_table, schedule_meta, WEIGHTS)
     indices_array = describe_optional("indices", indices, INT32)
     width = as_int("max_context_len", max_context_len)
     k = as_int("topk", topk)
+    dtype = None if logits_dtype is None else logits_dtype_of(logits_dtype)
     with _PAGED_WORDS:
         rows = leading_size(q_array, 2)
         _, workspace_array = _workspace(q_values,
@@ -316,5 +327,6 @@ def paged_mqa_topk(q: Any, kv_cache: Tensor, weights: Tensor, context_lens: Tens
         out, out_array, values, values_array = _outputs(q_values, rows, k, with_values)
         _C.paged_mqa_topk(q_array, q_scales, cache, weights_array, lens, table, meta, width, k,
                           out_array, workspace_array, values_array,
-                          as_bool("cache_slots", cache_slots), indices_array, stream_of(q_array))
+                          as_bool("cache_slots", cache_slots), indices_array, dtype,
+                          stream_of(q_array))
     return (out, values) if with_values else out

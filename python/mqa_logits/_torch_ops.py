@@ -180,17 +180,17 @@ def _(logits, starts, ends, topk, compressed, absolute_indices, return_values):
 @torch.library.custom_op("mqa_logits::mqa_topk", mutates_args=())
 def _mqa_topk(q: Tensor, q_scales: Optional[Tensor], kv: Tensor, kv_scales: Optional[Tensor],
               weights: Tensor, cu_seq_len_k_start: Tensor, cu_seq_len_k_end: Tensor, topk: int,
-              absolute_indices: bool, return_values: bool,
-              schedule_meta: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+              absolute_indices: bool, return_values: bool, schedule_meta: Optional[Tensor],
+              logits_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
     from ._topk import mqa_topk
     return _selection(mqa_topk(_join(q, q_scales), _join(kv, kv_scales), weights,
                                cu_seq_len_k_start, cu_seq_len_k_end, topk, absolute_indices,
-                               return_values, schedule_meta), q, return_values)
+                               return_values, schedule_meta, logits_dtype), q, return_values)
 
 
 @_mqa_topk.register_fake
 def _(q, q_scales, kv, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk,
-      absolute_indices, return_values, schedule_meta):
+      absolute_indices, return_values, schedule_meta, logits_dtype):
     return _fake_selection(q, q.shape[0], topk, return_values)
 
 
@@ -198,16 +198,18 @@ def _(q, q_scales, kv, kv_scales, weights, cu_seq_len_k_start, cu_seq_len_k_end,
 def _paged_mqa_topk(q: Tensor, q_scales: Optional[Tensor], kv_cache: Tensor, weights: Tensor,
                     context_lens: Tensor, block_table: Tensor, schedule_meta: Tensor,
                     max_context_len: int, topk: int, cache_slots: bool, return_values: bool,
-                    indices: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+                    indices: Optional[Tensor],
+                    logits_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
     from ._topk import paged_mqa_topk
     return _selection(paged_mqa_topk(_join(q, q_scales), kv_cache, weights, context_lens,
                                      block_table, schedule_meta, max_context_len, topk,
-                                     cache_slots, return_values, indices), q, return_values)
+                                     cache_slots, return_values, indices, logits_dtype), q,
+                      return_values)
 
 
 @_paged_mqa_topk.register_fake
 def _(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
-      topk, cache_slots, return_values, indices):
+      topk, cache_slots, return_values, indices, logits_dtype):
     return _fake_selection(q, q.shape[0] * q.shape[1], topk, return_values)
 
 
@@ -259,19 +261,23 @@ def topk_per_row(logits, starts, ends, topk, compressed, absolute_indices, retur
     return (indices, values) if return_values else indices
 
 
+def _torch_dtype(logits_dtype):
+    return None if logits_dtype is None else TORCH_OUTPUTS[logits_dtype_of(logits_dtype)]
+
+
 def mqa_topk(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk, absolute_indices,
-             return_values, schedule_meta):
+             return_values, schedule_meta, logits_dtype):
     indices, values = _mqa_topk(*_split(q), *_split(kv), weights, cu_seq_len_k_start,
                                 cu_seq_len_k_end, topk, absolute_indices, return_values,
-                                schedule_meta)
+                                schedule_meta, _torch_dtype(logits_dtype))
     return (indices, values) if return_values else indices
 
 
 def paged_mqa_topk(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                   max_context_len, topk, cache_slots, return_values, indices):
+                   max_context_len, topk, cache_slots, return_values, indices, logits_dtype):
     out, values = _paged_mqa_topk(*_split(q), kv_cache, weights, context_lens, block_table,
                                   schedule_meta, max_context_len, topk, cache_slots,
-                                  return_values, indices)
+                                  return_values, indices, _torch_dtype(logits_dtype))
     return (out, values) if return_values else out
 
 

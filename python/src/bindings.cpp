@@ -11,6 +11,7 @@
 // the caller keeps the arrays alive for the call. Element types travel in the descriptor because
 // float8 and bfloat16 have no DLPack type code in every framework (numpy has none at all).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
 #include <cstdint>
@@ -187,7 +188,8 @@ void per_row_topk(nb::handle logits, nb::handle starts, nb::handle ends, std::in
 void prefill_topk(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle kv_scales,
                   nb::handle weights, nb::handle k_start, nb::handle k_end, std::int64_t topk,
                   nb::handle topk_indices, nb::handle workspace, nb::handle values,
-                  bool absolute_indices, nb::handle schedule_meta, std::uintptr_t stream) {
+                  bool absolute_indices, nb::handle schedule_meta,
+                  std::optional<ml::DType> logits_dtype, std::uintptr_t stream) {
   const PrefillOperands in = prefill_operands(q, q_scales, kv, kv_scales, weights, k_start, k_end);
   const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
   const ml::TensorView workspace_view = view_of(workspace, "workspace");
@@ -195,6 +197,7 @@ void prefill_topk(nb::handle q, nb::handle q_scales, nb::handle kv, nb::handle k
   options.absolute_indices = absolute_indices;
   options.values = optional_view(values, "values");
   options.schedule_meta = optional_view(schedule_meta, "schedule_meta");
+  options.logits_dtype = logits_dtype;
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
@@ -206,7 +209,7 @@ void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::hand
                 nb::handle context_lens, nb::handle block_table, nb::handle schedule_meta,
                 std::int64_t max_context_len, std::int64_t topk, nb::handle topk_indices,
                 nb::handle workspace, nb::handle values, bool cache_slots, nb::handle indices,
-                std::uintptr_t stream) {
+                std::optional<ml::DType> logits_dtype, std::uintptr_t stream) {
   const PagedOperands in =
       paged_operands(q, q_scales, kv_cache, weights, context_lens, block_table, schedule_meta);
   const ml::TensorView indices_view = view_of(topk_indices, "topk_indices");
@@ -215,6 +218,7 @@ void paged_topk(nb::handle q, nb::handle q_scales, nb::handle kv_cache, nb::hand
   options.cache_slots = cache_slots;
   options.values = optional_view(values, "values");
   options.indices = optional_view(indices, "indices");
+  options.logits_dtype = logits_dtype;
   options.stream = to_stream(stream);
 
   nb::gil_scoped_release release;
@@ -393,13 +397,14 @@ NB_MODULE(_C, m) {
         nb::arg("kv_scales").none(), nb::arg("weights"), nb::arg("cu_seq_len_k_start"),
         nb::arg("cu_seq_len_k_end"), nb::arg("topk"), nb::arg("topk_indices"),
         nb::arg("workspace"), nb::arg("values").none(), nb::arg("absolute_indices"),
-        nb::arg("schedule_meta").none(), nb::arg("stream"),
+        nb::arg("schedule_meta").none(), nb::arg("logits_dtype").none(), nb::arg("stream"),
         "Prefill top-k key indices into the preallocated `topk_indices` [S, topk].");
   m.def("paged_mqa_topk", &paged_topk, nb::arg("q"), nb::arg("q_scales").none(),
         nb::arg("kv_cache"), nb::arg("weights"), nb::arg("context_lens"), nb::arg("block_table"),
         nb::arg("schedule_meta"), nb::arg("max_context_len"), nb::arg("topk"),
         nb::arg("topk_indices"), nb::arg("workspace"), nb::arg("values").none(),
-        nb::arg("cache_slots"), nb::arg("indices").none(), nb::arg("stream"),
+        nb::arg("cache_slots"), nb::arg("indices").none(), nb::arg("logits_dtype").none(),
+        nb::arg("stream"),
         "Decode top-k key positions (or cache slots) into `topk_indices` [B * N, topk].");
 
   m.def("merge_topk", &merge, nb::arg("candidate_values"), nb::arg("candidate_indices"),

@@ -71,12 +71,12 @@ OWN_SIGNATURES = {
     "mqa_topk": [("q", REQUIRED), ("kv", REQUIRED), ("weights", REQUIRED),
                  ("cu_seq_len_k_start", REQUIRED), ("cu_seq_len_k_end", REQUIRED),
                  ("topk", REQUIRED), ("absolute_indices", False), ("return_values", False),
-                 ("schedule_meta", None)],
+                 ("schedule_meta", None), ("logits_dtype", None)],
     "paged_mqa_topk": [("q", REQUIRED), ("kv_cache", REQUIRED), ("weights", REQUIRED),
                        ("context_lens", REQUIRED), ("block_table", REQUIRED),
                        ("schedule_meta", REQUIRED), ("max_context_len", REQUIRED),
                        ("topk", REQUIRED), ("cache_slots", False), ("return_values", False),
-                       ("indices", None)],
+                       ("indices", None), ("logits_dtype", None)],
 }
 PUBLIC_FUNCTIONS = sorted({**SIGNATURES, **OWN_SIGNATURES})
 
@@ -159,7 +159,8 @@ def test_help_is_complete_on_its_own(name):
         entry = arguments[parameter.name]
         assert len(entry) > 20, f"{name}: {parameter.name} is barely documented"
         if parameter.default is not inspect.Parameter.empty:
-            default = "float32" if parameter.name == "logits_dtype" else str(parameter.default)
+            default = (str(parameter.default) if parameter.name != "logits_dtype"
+                       or parameter.default is None else "float32")
             assert re.search(rf"Default (``)?[\w.]*{re.escape(default)}", entry), \
                 f"{name}: the default of {parameter.name} is not documented"
     for error in re.findall(r"^    (\w+Error):", sections["Raises"], flags=re.M):

@@ -305,13 +305,17 @@ CASES += (
            ("absolute_indices", "is a string", lambda a: dict(a, absolute_indices="no"),
             TypeError),
            ("schedule_meta", "has the wrong shape",
-            lambda a: dict(a, schedule_meta=np.zeros((1, 2), np.int32)), ValueError)]]
+            lambda a: dict(a, schedule_meta=np.zeros((1, 2), np.int32)), ValueError),
+           ("logits_dtype", "is float16", lambda a: dict(a, logits_dtype="float16"), TypeError),
+           ("logits_dtype", "is float32 with bfloat16 weights",
+            lambda a: dict(a, weights=bf16(a["weights"]), logits_dtype="float32"), ValueError)]]
     + [("paged_mqa_topk", argument, description, with_topk(base), mutate, error, prefix)
        for argument, description, base, mutate, error, prefix in PAGED_CASES
        if argument not in SHARED_WITH_LOGITS]
     + [("paged_mqa_topk", argument, description, with_topk(paged_base()), mutate, error, None)
        for argument, description, mutate, error in TOPK_CASES + [
-           ("cache_slots", "is a list", lambda a: dict(a, cache_slots=[1]), TypeError)]]
+           ("cache_slots", "is a list", lambda a: dict(a, cache_slots=[1]), TypeError),
+           ("logits_dtype", "is float16", lambda a: dict(a, logits_dtype="float16"), TypeError)]]
     + [("merge_topk", argument, description, merge_base, mutate, error, None)
        for argument, description, mutate, error in TOPK_CASES + [
            ("candidate_values", "is int32",

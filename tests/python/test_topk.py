@@ -8,7 +8,7 @@ import pytest
 
 import mqa_logits
 from reference import make_paged, make_prefill
-from support import requires_gpu, requires_torch, torch
+from support import requires_gpu, requires_ml_dtypes, requires_torch, torch
 
 
 def oracle(logits, first, count, topk, excluded=None):
@@ -99,6 +99,17 @@ def test_mqa_topk_matches_oracle_over_its_logits(rng, fmt, absolute):
     indices, values = mqa_logits.mqa_topk(**args, topk=2048, absolute_indices=absolute,
                                           return_values=True)
     expect_rows(indices, values, logits, prefill_windows(case, absolute), 2048)
+
+
+@requires_ml_dtypes
+def test_mqa_topk_over_bfloat16_logits(rng):
+    case = make_prefill(rng, "fp8", seq_len=15, num_heads=8, head_dim=64, seq_len_kv=2500)
+    args = case.api_args("numpy")
+    logits = mqa_logits.fp8_fp4_mqa_logits(**args, clean_logits=False, logits_dtype="bfloat16")
+    indices, values = mqa_logits.mqa_topk(**args, topk=300, return_values=True,
+                                          logits_dtype="bfloat16")
+    expect_rows(indices, values, np.asarray(logits, np.float32), prefill_windows(case, False),
+                300)
 
 
 def paged_windows(case, rows):
