@@ -240,35 +240,10 @@ Rows prefill_logits(const support::PrefillWorkload& w) {
   return logits;
 }
 
-struct FusedCase {
-  support::WindowKind windows;
-  DType weights;
-  std::int64_t topk;
-  DType logits = weights;  // bf16 logits of fp32 weights too
-};
-
 TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
-  using support::WindowKind;
-  const FusedCase cases[] = {
-      {WindowKind::kCausal, DType::kFloat32, 2048},  {WindowKind::kRandom, DType::kFloat32, 300},
-      {WindowKind::kPacked, DType::kFloat32, 64},    {WindowKind::kSliding, DType::kBFloat16, 512},
-      {WindowKind::kContextParallel, DType::kFloat32, 1}, {WindowKind::kFull, DType::kBFloat16, 2048},
-      {WindowKind::kCausal, DType::kFloat32, 700, DType::kBFloat16},
-  };
   for (const Format format : {Format::kFP8, Format::kMXFP4}) {
-    for (const FusedCase& c : cases) {
-      support::PrefillSpec spec;
-      spec.format = format;
-      spec.seq_len = 48;
-      spec.seq_len_kv = c.windows == WindowKind::kPacked ? 48 : 4200;
-      spec.num_heads = 8;
-      spec.head_dim = 64;
-      spec.weights_dtype = c.weights;
-      spec.logits_dtype = c.logits;
-      spec.windows = c.windows;
-      if (c.windows == WindowKind::kPacked) spec.request_lengths = {5, 20, 1, 22};
-      if (c.windows == WindowKind::kSliding) spec.sliding_window = 700;
-      spec.seed = 17;
+    for (const FusedCase& c : kFusedCases) {
+      const support::PrefillSpec spec = fused_spec(c, format, 48, 4200, 8, 64, 17);
       const auto w = support::make_prefill_workload(spec);
       const Rows logits = prefill_logits(w);
       for (const bool absolute : {false, true}) {
@@ -286,10 +261,7 @@ TEST(MqaTopk, MatchesTheOracleOverItsLogits) {
                  TensorView::contiguous(workspace.data(), DType::kUInt8,
                                         {static_cast<std::int64_t>(workspace.size())}),
                  options);
-        PerRowCall call{std::vector<std::int32_t>(w.k_start().begin(), w.k_start().end()),
-                        std::vector<std::int32_t>(w.k_end().begin(), w.k_end().end())};
-        for (auto& e : call.ends) e = std::min<std::int32_t>(e, static_cast<std::int32_t>(spec.seq_len_kv));
-        call.absolute = absolute;
+        const PerRowCall call = prefill_rows(w, absolute);
         SCOPED_TRACE(std::string(format_name(format)) + " " + support::window_kind_name(c.windows));
         expect_per_row_oracle(logits, call, c.topk, got);
       }
@@ -329,34 +301,15 @@ TEST(MqaTopk, RefusesASmallWorkspaceAndWritesNothing) {
   for (const std::int32_t v : got.indices) ASSERT_EQ(v, kIndexPoison);
 }
 
-struct PagedCase {
-  std::int64_t next_n;
-  int block_kv;
-  bool lens_2d;
-  bool varlen;
-  DType weights;
-};
 
 TEST(PagedMqaTopk, MatchesTheOracleOverItsLogits) {
   const PagedCase cases[] = {
-      {1, 64, false, false, DType::kFloat32}, {2, 32, true, false, DType::kFloat32},
-      {3, 64, false, false, DType::kBFloat16}, {4, 64, true, false, DType::kFloat32},
-      {8, 32, false, false, DType::kFloat32}, {1, 64, false, true, DType::kFloat32},
+      {5, 1, 64, false, false, DType::kFloat32}, {5, 2, 32, true, false, DType::kFloat32},
+      {5, 3, 64, false, false, DType::kBFloat16}, {5, 4, 64, true, false, DType::kFloat32},
+      {5, 8, 32, false, false, DType::kFloat32}, {5, 1, 64, false, true, DType::kFloat32},
   };
   for (const PagedCase& c : cases) {
-    support::PagedSpec spec;
-    spec.batch = 5;
-    spec.next_n = c.next_n;
-    spec.num_heads = 8;
-    spec.head_dim = 64;
-    spec.block_kv = c.block_kv;
-    spec.avg_context = 2600;
-    spec.context_jitter = 0.9;
-    spec.lens_2d = c.lens_2d;
-    spec.varlen_indices = c.varlen;
-    spec.weights_dtype = c.weights;
-    spec.logits_dtype = c.weights;
-    spec.seed = static_cast<std::uint64_t>(c.next_n * 100 + c.block_kv);
+    const support::PagedSpec spec = paged_spec(c, 8, 64, 2600);
     const auto w = support::make_paged_workload(spec);
     const auto in = w.host_inputs();
     const std::int64_t rows = w.num_rows;
@@ -373,7 +326,6 @@ TEST(PagedMqaTopk, MatchesTheOracleOverItsLogits) {
     paged_mqa_logits(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table, meta_view,
                      w.max_context_len, w.logits_view(const_cast<void*>(logits.data())),
                      in.options);
-    const auto table = w.block_table();
     for (const bool slots : {false, true}) {
       for (const std::int64_t topk : {1, 2048}) {
         Selection got = poisoned_selection(rows, topk);
@@ -388,24 +340,7 @@ TEST(PagedMqaTopk, MatchesTheOracleOverItsLogits) {
                        TensorView::contiguous(workspace.data(), DType::kUInt8,
                                               {static_cast<std::int64_t>(workspace.size())}),
                        options);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t trow = w.table_row(r);
-          const auto block = [&](std::int64_t p) {
-            const std::int32_t id = table[static_cast<std::size_t>(trow * w.max_blocks + p / c.block_kv)];
-            return id >= 0 && id < w.num_blocks ? id : -1;
-          };
-          const std::int64_t length = std::min({w.context_length(r), w.max_context_len,
-                                                w.max_blocks * c.block_kv});
-          const auto columns = support::oracle_topk_columns(
-              logits.row(r), c.weights, 0, std::max<std::int64_t>(length, 0), topk,
-              [&](std::int64_t p) { return block(p) < 0; });
-          std::vector<std::int64_t> index;
-          for (const std::int64_t p : columns) {
-            index.push_back(slots ? block(p) * c.block_kv + p % c.block_kv : p);
-          }
-          SCOPED_TRACE("next_n " + std::to_string(c.next_n) + (slots ? " slots" : ""));
-          expect_row(got, r, topk, columns, index, logits.row(r), c.weights);
-        }
+        expect_paged_rows(got, w, logits, topk, slots);
       }
     }
   }

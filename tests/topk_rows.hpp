@@ -15,6 +15,7 @@
 
 #include "mqa_logits/mqa_logits.hpp"
 #include "support/topk_oracle.hpp"
+#include "support/workload.hpp"
 
 namespace mqa_logits::topk_test {
 
@@ -187,6 +188,115 @@ inline Rows special_value_rows(std::int64_t cols) {
     logits.set(3, c, c == 40 ? kInf : (c == 10 ? -kInf : -1e30f));
   }
   return logits;
+}
+
+// A case of the fused prefill tests: windows, weights, k, and the logits' dtype.
+struct FusedCase {
+  support::WindowKind windows;
+  DType weights;
+  std::int64_t topk;
+  DType logits = weights;  // bf16 logits of fp32 weights too
+};
+
+// The fused prefill tests' cases: every window kind, both weight dtypes, bf16 logits of fp32
+// weights, k from 1 to 2048 (packed windows are shorter than 2048 keys).
+inline const FusedCase kFusedCases[] = {
+    {support::WindowKind::kCausal, DType::kFloat32, 2048},
+    {support::WindowKind::kRandom, DType::kFloat32, 300},
+    {support::WindowKind::kPacked, DType::kFloat32, 2048},
+    {support::WindowKind::kSliding, DType::kBFloat16, 512},
+    {support::WindowKind::kContextParallel, DType::kFloat32, 1},
+    {support::WindowKind::kFull, DType::kBFloat16, 2048},
+    {support::WindowKind::kCausal, DType::kFloat32, 700, DType::kBFloat16},
+};
+
+// Its workload spec at S queries over T keys (packed: four requests of S = T keys; sliding: T / 6
+// keys a window).
+inline support::PrefillSpec fused_spec(const FusedCase& c, Format format, std::int64_t seq_len,
+                                       std::int64_t seq_len_kv, std::int64_t heads,
+                                       std::int64_t dim, std::uint64_t seed) {
+  support::PrefillSpec spec;
+  spec.format = format;
+  spec.seq_len = seq_len;
+  spec.seq_len_kv = c.windows == support::WindowKind::kPacked ? seq_len : seq_len_kv;
+  spec.num_heads = heads;
+  spec.head_dim = dim;
+  spec.weights_dtype = c.weights;
+  spec.logits_dtype = c.logits;
+  spec.windows = c.windows;
+  spec.clean_logits = false;
+  if (c.windows == support::WindowKind::kPacked) {
+    spec.request_lengths = {seq_len / 8, seq_len / 2, 1, seq_len - seq_len / 8 - seq_len / 2 - 1};
+  }
+  if (c.windows == support::WindowKind::kSliding) spec.sliding_window = seq_len_kv / 6;
+  spec.seed = seed;
+  return spec;
+}
+
+// The rows the oracle reads of a prefill workload's logits: its windows, ends clamped to T.
+inline PerRowCall prefill_rows(const support::PrefillWorkload& w, bool absolute) {
+  PerRowCall call{std::vector<std::int32_t>(w.k_start().begin(), w.k_start().end()),
+                  std::vector<std::int32_t>(w.k_end().begin(), w.k_end().end())};
+  for (auto& e : call.ends) e = std::min<std::int32_t>(e, static_cast<std::int32_t>(w.spec.seq_len_kv));
+  call.absolute = absolute;
+  return call;
+}
+
+// A case of the fused decode tests.
+struct PagedCase {
+  std::int64_t batch;
+  std::int64_t next_n;
+  int block_kv;
+  bool lens_2d;
+  bool varlen;
+  DType weights;
+};
+
+inline support::PagedSpec paged_spec(const PagedCase& c, std::int64_t heads, std::int64_t dim,
+                                     std::int64_t avg_context) {
+  support::PagedSpec spec;
+  spec.batch = c.batch;
+  spec.next_n = c.next_n;
+  spec.num_heads = heads;
+  spec.head_dim = dim;
+  spec.block_kv = c.block_kv;
+  spec.avg_context = avg_context;
+  spec.context_jitter = 0.9;
+  spec.lens_2d = c.lens_2d;
+  spec.varlen_indices = c.varlen;
+  spec.weights_dtype = c.weights;
+  spec.logits_dtype = c.weights;
+  spec.seed = static_cast<std::uint64_t>(c.next_n * 100 + c.block_kv);
+  return spec;
+}
+
+// Every row of a decode selection against the oracle over the workload's logits: a row's
+// positions [0, its clamped length), those in blocks outside the cache excluded; indices the
+// positions, or their cache slots.
+inline void expect_paged_rows(const Selection& got, const support::PagedWorkload& w,
+                              const Rows& logits, std::int64_t topk, bool slots) {
+  const auto table = w.block_table();
+  const int block_kv = w.spec.block_kv;
+  for (std::int64_t r = 0; r < w.num_rows; ++r) {
+    const std::int64_t table_row = w.table_row(r);
+    const auto block = [&](std::int64_t p) {
+      const std::int32_t id =
+          table[static_cast<std::size_t>(table_row * w.max_blocks + p / block_kv)];
+      return id >= 0 && id < w.num_blocks ? id : -1;
+    };
+    const std::int64_t length =
+        std::min({w.context_length(r), w.max_context_len, w.max_blocks * block_kv});
+    const auto columns = support::oracle_topk_columns(
+        logits.row(r), logits.dtype, 0, std::max<std::int64_t>(length, 0), topk,
+        [&](std::int64_t p) { return block(p) < 0; });
+    std::vector<std::int64_t> index;
+    for (const std::int64_t p : columns) {
+      index.push_back(slots ? block(p) * block_kv + p % block_kv : p);
+    }
+    SCOPED_TRACE("B " + std::to_string(w.spec.batch) + " next_n " +
+                 std::to_string(w.spec.next_n) + (slots ? " slots" : ""));
+    expect_row(got, r, topk, columns, index, logits.row(r), logits.dtype);
+  }
 }
 
 // Candidate lists of context parallelism: the rows' keys split over `ranks` shards (interleaved:

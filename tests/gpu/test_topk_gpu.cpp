@@ -248,30 +248,8 @@ Rows download_logits(const DeviceBuffer& buffer, std::int64_t rows, std::int64_t
 using MqaTopkGpu = GpuTest;
 
 TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
-  using support::WindowKind;
-  struct Case {
-    WindowKind windows;
-    DType weights;
-    std::int64_t topk;
-  };
-  const Case cases[] = {
-      {WindowKind::kCausal, DType::kFloat32, 2048},   {WindowKind::kRandom, DType::kFloat32, 512},
-      {WindowKind::kPacked, DType::kFloat32, 2048},   {WindowKind::kSliding, DType::kBFloat16, 1024},
-      {WindowKind::kContextParallel, DType::kFloat32, 1}, {WindowKind::kFull, DType::kBFloat16, 2048},
-  };
-  for (const Case& c : cases) {
-    support::PrefillSpec spec;
-    spec.seq_len = 512;
-    spec.seq_len_kv = c.windows == WindowKind::kPacked ? 512 : 6000;
-    spec.num_heads = 64;
-    spec.head_dim = 128;
-    spec.weights_dtype = c.weights;
-    spec.logits_dtype = c.weights;
-    spec.windows = c.windows;
-    spec.clean_logits = false;
-    if (c.windows == WindowKind::kPacked) spec.request_lengths = {100, 300, 12, 100};
-    if (c.windows == WindowKind::kSliding) spec.sliding_window = 2500;
-    spec.seed = 23;
+  for (const FusedCase& c : kFusedCases) {
+    const support::PrefillSpec spec = fused_spec(c, Format::kFP8, 512, 6000, 64, 128, 23);
     const auto w = support::make_prefill_workload(spec);
     const auto device = gpu_test::upload(w.buffers);
     const auto in = w.inputs(device.pointers, kGpu);
@@ -281,7 +259,7 @@ TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
     mqa_logits(in.q, in.kv, in.weights, in.k_start, in.k_end,
                w.logits_view(logits_buffer.data(), kGpu), in.options);
     const Rows logits = download_logits(logits_buffer, spec.seq_len, spec.seq_len_kv,
-                                        w.layout.row_stride, c.weights);
+                                        w.layout.row_stride, c.logits);
 
     for (const bool absolute : {false, true}) {
       DeviceSelection out(spec.seq_len, c.topk);
@@ -290,6 +268,7 @@ TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
       workspace.poison();
       MqaTopkOptions options;
       options.absolute_indices = absolute;
+      options.logits_dtype = c.logits;
       options.values =
           TensorView::contiguous(out.values.data(), DType::kFloat32, {spec.seq_len, c.topk}, kGpu);
       mqa_topk(in.q, in.kv, in.weights, in.k_start, in.k_end, c.topk,
@@ -298,10 +277,7 @@ TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
                                       {static_cast<std::int64_t>(workspace.bytes())}, kGpu),
                options);
       const Selection got = out.download();
-      PerRowCall call{std::vector<std::int32_t>(w.k_start().begin(), w.k_start().end()),
-                      std::vector<std::int32_t>(w.k_end().begin(), w.k_end().end())};
-      for (auto& e : call.ends) e = std::min<std::int32_t>(e, static_cast<std::int32_t>(spec.seq_len_kv));
-      call.absolute = absolute;
+      const PerRowCall call = prefill_rows(w, absolute);
       SCOPED_TRACE(support::window_kind_name(c.windows));
       expect_per_row_oracle(logits, call, c.topk, got);
     }
@@ -311,33 +287,13 @@ TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
 using PagedMqaTopkGpu = GpuTest;
 
 TEST_F(PagedMqaTopkGpu, MatchesTheOracleOverItsLogits) {
-  struct Case {
-    std::int64_t batch;
-    std::int64_t next_n;
-    int block_kv;
-    bool lens_2d;
-    bool varlen;
-    DType weights;
-  };
-  const Case cases[] = {
+  const PagedCase cases[] = {
       {1, 1, 64, false, false, DType::kFloat32},  {8, 2, 32, true, false, DType::kFloat32},
       {5, 3, 64, false, false, DType::kBFloat16}, {6, 4, 64, true, false, DType::kFloat32},
       {3, 8, 32, false, false, DType::kFloat32},  {12, 1, 64, false, true, DType::kFloat32},
   };
-  for (const Case& c : cases) {
-    support::PagedSpec spec;
-    spec.batch = c.batch;
-    spec.next_n = c.next_n;
-    spec.num_heads = 64;
-    spec.head_dim = 128;
-    spec.block_kv = c.block_kv;
-    spec.avg_context = c.batch == 1 ? 70000 : 5000;
-    spec.context_jitter = 0.9;
-    spec.lens_2d = c.lens_2d;
-    spec.varlen_indices = c.varlen;
-    spec.weights_dtype = c.weights;
-    spec.logits_dtype = c.weights;
-    spec.seed = static_cast<std::uint64_t>(c.next_n * 100 + c.block_kv);
+  for (const PagedCase& c : cases) {
+    const support::PagedSpec spec = paged_spec(c, 64, 128, c.batch == 1 ? 70000 : 5000);
     const auto w = support::make_paged_workload(spec);
     const auto device = gpu_test::upload(w.buffers);
     const auto in = w.inputs(device.pointers, kGpu);
@@ -355,7 +311,6 @@ TEST_F(PagedMqaTopkGpu, MatchesTheOracleOverItsLogits) {
                      w.max_context_len, w.logits_view(logits_buffer.data(), kGpu), in.options);
     const Rows logits =
         download_logits(logits_buffer, rows, w.max_context_len, w.layout.row_stride, c.weights);
-    const auto table = w.block_table();
     for (const bool slots : {false, true}) {
       for (const std::int64_t topk : {1, 2048}) {
         DeviceSelection out(rows, topk);
@@ -373,25 +328,7 @@ TEST_F(PagedMqaTopkGpu, MatchesTheOracleOverItsLogits) {
                                               {static_cast<std::int64_t>(workspace.bytes())}, kGpu),
                        options);
         const Selection got = out.download();
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::int64_t trow = w.table_row(r);
-          const auto block = [&](std::int64_t p) {
-            const std::int32_t id = table[static_cast<std::size_t>(trow * w.max_blocks + p / c.block_kv)];
-            return id >= 0 && id < w.num_blocks ? id : -1;
-          };
-          const std::int64_t length =
-              std::min({w.context_length(r), w.max_context_len, w.max_blocks * c.block_kv});
-          const auto columns = support::oracle_topk_columns(
-              logits.row(r), c.weights, 0, std::max<std::int64_t>(length, 0), topk,
-              [&](std::int64_t p) { return block(p) < 0; });
-          std::vector<std::int64_t> index;
-          for (const std::int64_t p : columns) {
-            index.push_back(slots ? block(p) * c.block_kv + p % c.block_kv : p);
-          }
-          SCOPED_TRACE("B " + std::to_string(c.batch) + " next_n " + std::to_string(c.next_n) +
-                       (slots ? " slots" : ""));
-          expect_row(got, r, topk, columns, index, logits.row(r), c.weights);
-        }
+        expect_paged_rows(got, w, logits, topk, slots);
       }
     }
   }
