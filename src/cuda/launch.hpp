@@ -18,9 +18,10 @@ namespace mqa_logits::cuda_backend {
 // device (less its static shared memory). The limit belongs to the kernel on each device and
 // setting it costs about a microsecond, so it is set on the first launch on a device only: each
 // kernel keeps its record of the devices done, one bit each (device indices stay below
-// kMaxDevices: device_count()).
+// kMaxDevices: device_count()). large_clusters also allows clusters of up to 16 CTAs, past the
+// portable 8.
 template <auto kKernel>
-void allow_all_dynamic_smem(int device, const char* name) {
+void allow_all_dynamic_smem(int device, const char* name, bool large_clusters = false) {
   static_assert(kMaxDevices <= 64, "one bit a device");
   static std::atomic<std::uint64_t> configured_devices{0};
   const std::uint64_t bit = std::uint64_t{1} << device;
@@ -31,6 +32,10 @@ void allow_all_dynamic_smem(int device, const char* name) {
       device_limits(device).smem_optin - static_cast<int>(attributes.sharedSizeBytes);
   check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
              name);
+  if (large_clusters) {
+    check_cuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+               name);
+  }
   configured_devices.fetch_or(bit, std::memory_order_release);
 }
 

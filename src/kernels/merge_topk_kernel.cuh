@@ -48,6 +48,9 @@ struct MergedCandidates {
   const std::uint32_t* source;  // merged
   std::int64_t count;
 
+  __device__ std::uint32_t load_word(std::int64_t i) const { return keys[i]; }
+  __device__ std::uint32_t key_of(std::int64_t, std::uint32_t key) const { return key; }
+  __device__ void keep(std::int64_t, std::uint32_t) const {}
   __device__ std::uint32_t key(std::int64_t i) const { return keys[i]; }
   __device__ std::int32_t index(std::int64_t i) const { return staged[source[i]]; }
   __device__ float value(std::int64_t i) const {
@@ -92,7 +95,8 @@ __global__ void __launch_bounds__(kTopkThreads, 1) merge_topk_kernel(const Merge
     }
     __syncthreads();
     const MergedCandidates merged{p, row, staged, keys, source, count};
-    const Threshold t = find_threshold(cluster, shared, merged, static_cast<unsigned>(p.topk));
+    const Threshold t =
+        find_threshold(cluster, shared, merged, static_cast<unsigned>(p.topk));
     write_selection(cluster, shared, merged, t, p.out_indices + row * p.topk,
                     p.out_values != nullptr ? p.out_values + row * p.topk : nullptr, p.topk);
     __syncthreads();  // the staging is refilled by the next row

@@ -14,38 +14,65 @@
 
 namespace mqa_logits::kernels {
 
-// The order key of element i of this CTA's chunk (column chunk_first + i of the row).
+// Element i of this CTA's chunk: column chunk_first + i of the row. Decode rows read their block
+// table row (block_kv a power of two) to drop keys of absent blocks and to give cache slots. The
+// logits' type, the rows' kind and whether chunks fit shared memory are the launch's, so that a
+// pass's loads carry no branches and all of them are in flight at once.
+template <bool kBf16, bool kDecodeRows, bool kCached>
 struct ChunkKeys {
   const TopkProblem& p;
   const topk::RowSpan& span;
   const void* row_data;
-  std::int64_t row;
+  const std::int32_t* table_row;  // decode rows' block table row
+  int block_shift;                // log2(block_kv)
   std::int64_t chunk_first;
   std::int64_t count;
-  const std::uint32_t* cached;  // the chunk's keys in shared memory, or null
+  std::uint32_t* cache;  // kCached: the chunk's keys in shared memory, filled by keep
 
+  __device__ std::int32_t block_id(std::int64_t col) const {
+    const std::int32_t id = table_row[col >> block_shift];
+    return id >= 0 && id < p.num_blocks ? id : -1;
+  }
+  __device__ std::uint32_t load_word(std::int64_t i) const {
+    return topk::logit_bits(row_data, chunk_first + i, kBf16);
+  }
+  __device__ std::uint32_t key_of(std::int64_t i, std::uint32_t bits) const {
+    if constexpr (kDecodeRows) {
+      if (block_id(chunk_first + i) < 0) return 0;
+    }
+    return topk::order_key(bits);
+  }
+  __device__ void keep(std::int64_t i, std::uint32_t key) const {
+    if constexpr (kCached) cache[i] = key;
+  }
   __device__ std::uint32_t key(std::int64_t i) const {
-    return cached != nullptr ? cached[i] : topk::column_key(p, row_data, row, chunk_first + i);
+    if constexpr (kCached) return cache[i];
+    return key_of(i, load_word(i));
   }
   __device__ std::int32_t index(std::int64_t i) const {
-    return topk::column_index(p, span, row, chunk_first + i);
+    const std::int64_t col = chunk_first + i;
+    if (p.cache_slots) {
+      return static_cast<std::int32_t>((static_cast<std::int64_t>(block_id(col)) << block_shift) +
+                                       (col & ((std::int64_t{1} << block_shift) - 1)));
+    }
+    return static_cast<std::int32_t>(col + span.index_offset);
   }
   __device__ float value(std::int64_t i) const {
-    return __uint_as_float(
-        topk::logit_bits(row_data, chunk_first + i, p.logits_dtype == DType::kBFloat16));
+    return __uint_as_float(topk::logit_bits(row_data, chunk_first + i, kBf16));
   }
 };
 
 // Clusters of c CTAs (the launch's cluster size) take rows cluster_id, cluster_id + clusters, ...;
-// each CTA has `cache_keys` keys of dynamic shared memory for its chunk.
-__global__ void __launch_bounds__(kTopkThreads, 2)
-    topk_rows_kernel(const TopkProblem p, std::int64_t cache_keys) {
+// kCached: each CTA's chunk fits its dynamic shared memory.
+template <bool kBf16, bool kDecodeRows, bool kCached>
+__global__ void __launch_bounds__(kTopkThreads, 2) topk_rows_kernel(const TopkProblem p) {
   __shared__ TopkShared shared;
   extern __shared__ __align__(16) std::uint32_t cache[];
   auto cluster = cooperative_groups::this_cluster();
   const unsigned ranks = cluster.num_blocks(), rank = cluster.block_rank();
   const std::int64_t clusters = gridDim.x / ranks;
-  const std::int64_t element_bytes = p.logits_dtype == DType::kBFloat16 ? 2 : 4;
+  cudaGridDependencySynchronize();  // the logits are written
+  cudaTriggerProgrammaticLaunchCompletion();
   for (std::int64_t row = blockIdx.x / ranks; row < p.rows; row += clusters) {
     const topk::RowSpan span = topk::row_span(p, row);
     // Chunks of a multiple of kTopkItems columns, in rank order.
@@ -54,14 +81,13 @@ __global__ void __launch_bounds__(kTopkThreads, 2)
     const std::int64_t first = chunk * rank < span.count ? chunk * rank : span.count;
     const std::int64_t count = span.count - first < chunk ? span.count - first : chunk;
     const void* row_data =
-        static_cast<const char*>(p.logits) + row * p.logits_row_stride * element_bytes;
-    ChunkKeys keys{p, span, row_data, row, span.first + first, count, nullptr};
-    if (count <= cache_keys) {
-      for (std::int64_t i = threadIdx.x; i < count; i += kTopkThreads) cache[i] = keys.key(i);
-      keys.cached = cache;
-      __syncthreads();
-    }
-    const Threshold t = find_threshold(cluster, shared, keys, static_cast<unsigned>(p.topk));
+        static_cast<const char*>(p.logits) + row * p.logits_row_stride * (kBf16 ? 2 : 4);
+    const std::int32_t* table_row =
+        kDecodeRows ? p.block_table + row / p.next_n * p.block_table_row_stride : nullptr;
+    const ChunkKeys<kBf16, kDecodeRows, kCached> keys{
+        p, span, row_data, table_row, __ffs(p.block_kv) - 1, span.first + first, count, cache};
+    const Threshold t =
+        find_threshold(cluster, shared, keys, static_cast<unsigned>(p.topk));
     write_selection(cluster, shared, keys, t, p.indices + row * p.topk,
                     p.values != nullptr ? p.values + row * p.topk : nullptr, p.topk);
     cluster.sync();  // no CTA reads another's shared state of this row any more

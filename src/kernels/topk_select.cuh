@@ -3,6 +3,8 @@
 // digits, added up over the cluster through distributed shared memory, then the ordered output.
 // docs/design.md, "Top-k", says why. A Source gives its chunk's `count` elements, in order:
 // key(i) (topk::order_key, 0 never selected), and index(i) and value(i), what the output holds.
+// The first pass reads key(i) from its origin, load_word(i) then key_of(i, word), and hands it
+// to keep(i, key), where a Source may cache it for the passes after.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -19,7 +21,8 @@ inline constexpr int kTopkTile = kTopkThreads * kTopkItems;
 inline constexpr int kTopkLevels = 3;
 inline constexpr int kTopkBins = 1 << 11;
 inline constexpr int kTopkBinsPerThread = kTopkBins / kTopkThreads;
-inline constexpr int kTopkMaxCluster = 8;
+inline constexpr int kTopkMaxCluster = 16;  // non-portable past 8
+inline constexpr int kTopkBatch = 16;  // keys a thread has in flight in a counting pass
 
 // Level l's digit: bits [shift, shift + bits) of the key, 11, 11 and 10 bits from the top.
 __host__ __device__ constexpr int topk_digit_bits(int level) { return level < 2 ? 11 : 10; }
@@ -84,21 +87,53 @@ __device__ inline void find_bin(TopkShared& shared, int bins, unsigned need) {
   __syncthreads();
 }
 
+// Level `level`'s histogram of the chunk's keys that match the threshold so far, in
+// shared.local: each thread reads kTopkBatch words (read(i), nothing but a load) before it turns
+// any into a key (to_key(i, word)), so that as many loads are in flight; keep(i, key) then has it.
+template <class Read, class ToKey, class Keep>
+__device__ void count_level(TopkShared& shared, std::int64_t count, const Threshold& t, int level,
+                            const Read& read, const ToKey& to_key, const Keep& keep) {
+  const int shift = topk_digit_shift(level);
+  const unsigned mask = (1u << topk_digit_bits(level)) - 1;
+  for (std::int64_t first = 0; first < count; first += kTopkThreads * kTopkBatch) {
+    std::uint32_t words[kTopkBatch];
+#pragma unroll
+    for (int j = 0; j < kTopkBatch; ++j) {
+      const std::int64_t i = first + j * kTopkThreads + threadIdx.x;
+      words[j] = i < count ? read(i) : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < kTopkBatch; ++j) {
+      const std::int64_t i = first + j * kTopkThreads + threadIdx.x;
+      if (i >= count) continue;
+      const std::uint32_t key = to_key(i, words[j]);
+      keep(i, key);
+      if (key != 0 && (t.shift == 32 || (key >> t.shift) == t.prefix)) {
+        atomicAdd(&shared.local[(key >> shift) & mask], 1u);
+      }
+    }
+  }
+}
+
 template <class Source>
 __device__ Threshold find_threshold(cooperative_groups::cluster_group& cluster,
-                                           TopkShared& shared, const Source& src,
-                                           unsigned topk) {
+                                    TopkShared& shared, const Source& src, unsigned topk) {
   Threshold t;
   t.need = topk;
   for (int level = 0; level < kTopkLevels; ++level) {
-    const int shift = topk_digit_shift(level);
     const int bins = 1 << topk_digit_bits(level);
     for (int b = threadIdx.x; b < bins; b += kTopkThreads) shared.local[b] = 0;
     __syncthreads();
-    for (std::int64_t i = threadIdx.x; i < src.count; i += kTopkThreads) {
-      const std::uint32_t key = src.key(i);
-      if (key == 0 || (t.shift < 32 && (key >> t.shift) != t.prefix)) continue;
-      atomicAdd(&shared.local[(key >> shift) & (bins - 1)], 1u);
+    if (level == 0) {  // from the Source's origin, into its cache
+      count_level(
+          shared, src.count, t, level, [&](std::int64_t i) { return src.load_word(i); },
+          [&](std::int64_t i, std::uint32_t word) { return src.key_of(i, word); },
+          [&](std::int64_t i, std::uint32_t key) { src.keep(i, key); });
+    } else {
+      count_level(
+          shared, src.count, t, level, [&](std::int64_t i) { return src.key(i); },
+          [](std::int64_t, std::uint32_t key) { return key; },
+          [](std::int64_t, std::uint32_t) {});
     }
     cluster.sync();  // every chunk counted
     unsigned valid = 0;
@@ -120,7 +155,7 @@ __device__ Threshold find_threshold(cooperative_groups::cluster_group& cluster,
     const unsigned bin = shared.bin;
     t.need -= shared.above;
     t.prefix = (t.prefix << topk_digit_bits(level)) | bin;
-    t.shift = shift;
+    t.shift = topk_digit_shift(level);
     const bool exact = shared.total[bin] == t.need;
     __syncthreads();  // every thread has read the bin before the next level writes it
     if (exact) break;
