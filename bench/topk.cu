@@ -98,6 +98,29 @@ void print_row(const Record& r) {
   std::fflush(stdout);
 }
 
+// The fused call's selection checked on sampled rows against the logits that logits_call wrote
+// (window(row): the row's first column, column count and index offset), then the three calls
+// timed.
+template <class LogitsCall, class FusedCall, class ComposedCall, class Window>
+Record checked_and_timed(const BenchContext& context, const std::string& op,
+                         const std::string& name, std::int64_t rows, const DeviceArena& arena,
+                         std::int64_t row_stride, const DeviceBytes& indices,
+                         const DeviceBytes& workspace, const LogitsCall& logits_call,
+                         const FusedCall& fused_call, const ComposedCall& composed_call,
+                         const Window& window, int warmup, int samples) {
+  logits_call(nullptr);
+  check_cuda(cudaMemset(indices.data, 0xff, indices.bytes), "poison");
+  fused_call(nullptr);
+  check_cuda(cudaDeviceSynchronize(), "top-k call");
+  const auto sample = support::sample_rows(rows, context.quick ? 3 : 6, 5);
+  const bool verified = selection_matches(arena.logits(), row_stride, indices.data, sample, window);
+  const int timed = context.quick ? 10 : samples;
+  const Times t{time_graph(logits_call, warmup, timed), time_graph(fused_call, warmup, timed),
+                time_graph(composed_call, warmup, timed)};
+  return record_of(op, name, t, verified, static_cast<double>(indices.bytes),
+                   static_cast<double>(workspace.bytes));
+}
+
 Record prefill_case(const BenchContext& context, const std::string& name,
                     const support::PrefillSpec& spec_in) {
   support::PrefillSpec spec = spec_in;
@@ -130,25 +153,19 @@ Record prefill_case(const BenchContext& context, const std::string& name,
     topk_per_row(logits, in.k_start, in.k_end, kTopk, indices_view, options);
   };
 
-  logits_call(nullptr);
-  check_cuda(cudaMemset(indices.data, 0xff, indices.bytes), "poison");
-  fused_call(nullptr);
-  check_cuda(cudaDeviceSynchronize(), "top-k call");
-  const auto sample = support::sample_rows(S, context.quick ? 3 : 6, 5);
   const auto starts = w.k_start();
   const auto ends = w.k_end();
-  const bool verified = selection_matches(
-      arena.logits(), w.layout.row_stride, indices.data, sample, [&](std::int64_t row) {
+  return checked_and_timed(
+      context, "topk_prefill", name, S, arena, w.layout.row_stride, indices, workspace,
+      logits_call, fused_call, composed_call,
+      [&](std::int64_t row) {
         const std::int64_t s = starts[static_cast<std::size_t>(row)];
         const std::int64_t first = std::clamp<std::int64_t>(s, 0, T);
-        const std::int64_t last = std::clamp<std::int64_t>(ends[static_cast<std::size_t>(row)], first, T);
+        const std::int64_t last =
+            std::clamp<std::int64_t>(ends[static_cast<std::size_t>(row)], first, T);
         return std::tuple{first, last - first, -s};
-      });
-  const int samples = context.quick ? 10 : 30;
-  const Times t{time_graph(logits_call, 2, samples), time_graph(fused_call, 2, samples),
-                time_graph(composed_call, 2, samples)};
-  return record_of("topk_prefill", name, t, verified, static_cast<double>(indices.bytes),
-                   static_cast<double>(workspace.bytes));
+      },
+      2, 30);
 }
 
 Record decode_case(const BenchContext& context, std::int64_t batch, std::int64_t next_n,
@@ -206,23 +223,17 @@ Record decode_case(const BenchContext& context, std::int64_t batch, std::int64_t
                  indices_view, options);
   };
 
-  logits_call(nullptr);
-  check_cuda(cudaMemset(indices.data, 0xff, indices.bytes), "poison");
-  fused_call(nullptr);
-  check_cuda(cudaDeviceSynchronize(), "top-k call");
-  const auto sample = support::sample_rows(rows, context.quick ? 3 : 6, 5);
-  const bool verified = selection_matches(
-      arena.logits(), w.layout.row_stride, indices.data, sample, [&](std::int64_t row) {
-        return std::tuple{std::int64_t{0}, static_cast<std::int64_t>(host_lengths[static_cast<std::size_t>(row)]),
-                          std::int64_t{0}};
-      });
-  const int samples = context.quick ? 10 : 40;
-  const Times t{time_graph(logits_call, 5, samples), time_graph(fused_call, 5, samples),
-                time_graph(composed_call, 5, samples)};
   const std::string name =
       std::to_string(batch) + "/" + std::to_string(next_n) + "/" + std::to_string(context_len);
-  return record_of("topk_decode", name, t, verified, static_cast<double>(indices.bytes),
-                   static_cast<double>(workspace.bytes));
+  return checked_and_timed(
+      context, "topk_decode", name, rows, arena, w.layout.row_stride, indices, workspace,
+      logits_call, fused_call, composed_call,
+      [&](std::int64_t row) {
+        return std::tuple{std::int64_t{0},
+                          static_cast<std::int64_t>(host_lengths[static_cast<std::size_t>(row)]),
+                          std::int64_t{0}};
+      },
+      5, 40);
 }
 
 __global__ void fill_random_logits(float* logits, std::int64_t count, std::uint64_t seed) {

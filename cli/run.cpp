@@ -24,36 +24,37 @@ std::string dtypes_and_cleaning(const Options& options) {
 
 // ---- the operation-specific parts, one overload per workload type ----------------------------
 
-support::PrefillSpec prefill_spec(const Options& options) {
-  support::PrefillSpec spec;
+// What a prefill and a decode spec take alike from the command line.
+template <class Spec>
+Spec spec_of(const Options& options) {
+  Spec spec;
   spec.format = options.format;
-  spec.seq_len = options.seq_len;
-  spec.seq_len_kv = options.seq_len_kv;
   spec.num_heads = options.head_count;
   spec.head_dim = options.head_dim;
   spec.weights_dtype = spec.logits_dtype = value_dtype(options);
   spec.clean_logits = options.clean_logits;
-  spec.windows = options.windows;
-  spec.request_lengths = options.request_lengths;
-  spec.sliding_window = options.sliding_window;
-  spec.max_seqlen_k = options.max_seqlen_k;
   spec.seed = options.seed;
   return spec;
 }
 
+support::PrefillSpec prefill_spec(const Options& options) {
+  auto spec = spec_of<support::PrefillSpec>(options);
+  spec.seq_len = options.seq_len;
+  spec.seq_len_kv = options.seq_len_kv;
+  spec.windows = options.windows;
+  spec.request_lengths = options.request_lengths;
+  spec.sliding_window = options.sliding_window;
+  spec.max_seqlen_k = options.max_seqlen_k;
+  return spec;
+}
+
 support::PagedSpec paged_spec(const Options& options) {
-  support::PagedSpec spec;
-  spec.format = options.format;
+  auto spec = spec_of<support::PagedSpec>(options);
   spec.batch = options.batch;
   spec.next_n = options.next_n;
-  spec.num_heads = options.head_count;
-  spec.head_dim = options.head_dim;
   spec.block_kv = options.block_kv;
   spec.avg_context = options.avg_context;
   spec.context_jitter = kContextJitter;
-  spec.weights_dtype = spec.logits_dtype = value_dtype(options);
-  spec.clean_logits = options.clean_logits;
-  spec.seed = options.seed;
   return spec;
 }
 

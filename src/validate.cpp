@@ -239,6 +239,25 @@ const T* typed(const std::optional<TensorView>& view) {
   return view ? typed<T>(*view) : nullptr;
 }
 
+// What a prefill and a paged problem take alike: the format, the device, the queries, the
+// weights and the output.
+template <typename Problem>
+Problem problem_of(Format format, const Placement& placement, const QuantizedTensor& q,
+                   const TensorView& weights, const TensorView& logits, bool clean_logits) {
+  Problem problem;
+  problem.format = format;
+  problem.device = placement.device();
+  problem.q = q.values.data;
+  problem.q_scales = typed<std::int32_t>(q.scales);
+  problem.weights = weights.data;
+  problem.weights_dtype = weights.dtype;
+  problem.logits = logits.data;
+  problem.logits_dtype = logits.dtype;
+  problem.logits_row_stride = checks::row_stride(logits);
+  problem.clean_logits = clean_logits;
+  return problem;
+}
+
 }  // namespace
 
 PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor& kv,
@@ -281,28 +300,19 @@ PrefillProblem validate_prefill(const QuantizedTensor& q, const QuantizedTensor&
                            {k_start, "k_start"}, {k_end, "k_end"},
                            {checks::view_or_empty(options.schedule_meta), "schedule_meta"}});
 
-  PrefillProblem problem;
-  problem.format = format;
-  problem.device = placement.device();
+  auto problem = problem_of<PrefillProblem>(format, placement, q, weights, logits,
+                                            options.clean_logits);
   problem.seq_len = seq_len;
   problem.num_heads = num_heads;
   problem.head_dim = head_dim;
   problem.seq_len_kv = seq_len_kv;
-  problem.q = q.values.data;
-  problem.q_scales = typed<std::int32_t>(q.scales);
   problem.kv = kv.values.data;
   problem.kv_scales = kv.scales->data;
-  problem.weights = weights.data;
-  problem.weights_dtype = weights.dtype;
   problem.weights_row_stride = checks::row_stride(weights);
   problem.k_start = typed<std::int32_t>(k_start);
   problem.k_end = typed<std::int32_t>(k_end);
-  problem.logits = logits.data;
-  problem.logits_dtype = logits.dtype;
-  problem.logits_row_stride = checks::row_stride(logits);
   problem.out_cols = out_cols;
   problem.compressed = compressed;
-  problem.clean_logits = options.clean_logits;
   problem.schedule_meta = typed<std::int32_t>(options.schedule_meta);
   problem.schedule_workers = workers;
   return problem;
@@ -351,22 +361,17 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
                            {schedule_meta, "schedule_meta"},
                            {checks::view_or_empty(options.indices), "indices"}});
 
-  PagedProblem problem;
-  problem.format = format;
-  problem.device = placement.device();
+  auto problem = problem_of<PagedProblem>(format, placement, q, weights, logits,
+                                          options.clean_logits);
   problem.batch = batch;
   problem.next_n = next_n;
   problem.num_heads = num_heads;
   problem.head_dim = head_dim;
-  problem.q = q.values.data;
-  problem.q_scales = typed<std::int32_t>(q.scales);
   problem.kv_cache = typed<std::uint8_t>(kv_cache);
   problem.num_blocks = kv_cache.shape[0];
   problem.block_kv = static_cast<int>(kv_cache.shape[1]);
   problem.token_bytes = token_bytes;
   problem.block_stride_bytes = block_stride;
-  problem.weights = weights.data;
-  problem.weights_dtype = weights.dtype;
   problem.context_lens = typed<std::int32_t>(context_lens);
   problem.context_lens_2d = lens_2d;
   problem.block_table = typed<std::int32_t>(block_table);
@@ -375,11 +380,7 @@ PagedProblem validate_paged(const QuantizedTensor& q, const TensorView& kv_cache
   problem.indices = typed<std::int32_t>(options.indices);
   problem.schedule_meta = typed<std::int32_t>(schedule_meta);
   problem.schedule_workers = workers;
-  problem.logits = logits.data;
-  problem.logits_dtype = logits.dtype;
-  problem.logits_row_stride = checks::row_stride(logits);
   problem.max_context_len = max_context_len;
-  problem.clean_logits = options.clean_logits;
   return problem;
 }
 

@@ -340,41 +340,51 @@ TEST(QuantizeMx, SmallestPowerOfTwoScalesAndNearestCodes) {
   }
 }
 
+// Codes and packed scales of a vector quantized as one MX format, before and after a change.
+struct Requantized {
+  std::vector<std::uint8_t> before, after;
+  std::int32_t scales_before = 0, scales_after = 0;
+};
+
+// Quantizes x as `mx`, lets `change` edit x, and quantizes it again.
+template <class Change>
+Requantized requantize(const MxCase& mx, std::vector<float> x, Change change) {
+  Requantized q;
+  q.scales_before = mx.quantize(x, q.before);
+  change(x);
+  q.scales_after = mx.quantize(x, q.after);
+  return q;
+}
+
 TEST(QuantizeMx, BlocksAreIndependent) {
   auto gen = rng(23);
   for (const MxCase& mx : kMxCases) {
-    std::vector<float> x = random_blocks(gen, 128);
-    std::vector<std::uint8_t> before;
-    const std::int32_t scales_before = mx.quantize(x, before);
-    // Replace block 2 with data of a very different magnitude.
-    const auto replacement = random_values(gen, kMxBlock, 0.0f);
-    for (std::size_t i = 0; i < kMxBlock; ++i) x[2 * kMxBlock + i] = replacement[i] * 1e6f;
-    std::vector<std::uint8_t> after;
-    const std::int32_t scales_after = mx.quantize(x, after);
+    const Requantized q = requantize(mx, random_blocks(gen, 128), [&](std::vector<float>& x) {
+      // Replace block 2 with data of a very different magnitude.
+      const auto replacement = random_values(gen, kMxBlock, 0.0f);
+      for (std::size_t i = 0; i < kMxBlock; ++i) x[2 * kMxBlock + i] = replacement[i] * 1e6f;
+    });
     for (int b = 0; b < 4; ++b) {
       if (b == 2) continue;  // the replaced block
-      EXPECT_EQ(packed_scale_byte(scales_after, b), packed_scale_byte(scales_before, b));
+      EXPECT_EQ(packed_scale_byte(q.scales_after, b), packed_scale_byte(q.scales_before, b));
       const auto first = static_cast<std::size_t>(b * kMxBlock);
       for (std::size_t i = first; i < first + kMxBlock; ++i) {
-        EXPECT_EQ(after[i], before[i]) << mx.name << " element " << i;
+        EXPECT_EQ(q.after[i], q.before[i]) << mx.name << " element " << i;
       }
     }
-    EXPECT_NE(packed_scale_byte(scales_after, 2), packed_scale_byte(scales_before, 2));
+    EXPECT_NE(packed_scale_byte(q.scales_after, 2), packed_scale_byte(q.scales_before, 2));
   }
 }
 
 TEST(QuantizeMx, ScalingABlockByAPowerOfTwoShiftsOnlyItsScale) {
   auto gen = rng(29);
   for (const MxCase& mx : kMxCases) {
-    std::vector<float> x = random_blocks(gen, 64);
-    std::vector<std::uint8_t> before;
-    const std::int32_t scales_before = mx.quantize(x, before);
-    for (std::size_t i = 0; i < kMxBlock; ++i) x[i] *= 8.0f;
-    std::vector<std::uint8_t> after;
-    const std::int32_t scales_after = mx.quantize(x, after);
-    EXPECT_EQ(packed_scale_byte(scales_after, 0), packed_scale_byte(scales_before, 0) + 3);
-    EXPECT_EQ(packed_scale_byte(scales_after, 1), packed_scale_byte(scales_before, 1));
-    EXPECT_EQ(after, before) << mx.name;
+    const Requantized q = requantize(mx, random_blocks(gen, 64), [](std::vector<float>& x) {
+      for (std::size_t i = 0; i < kMxBlock; ++i) x[i] *= 8.0f;
+    });
+    EXPECT_EQ(packed_scale_byte(q.scales_after, 0), packed_scale_byte(q.scales_before, 0) + 3);
+    EXPECT_EQ(packed_scale_byte(q.scales_after, 1), packed_scale_byte(q.scales_before, 1));
+    EXPECT_EQ(q.after, q.before) << mx.name;
   }
 }
 

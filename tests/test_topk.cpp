@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -97,14 +96,7 @@ TEST(TopkPerRow, SpecialValues) {
 }
 
 TEST(TopkPerRow, RepeatedCallsAreBitwiseEqual) {
-  const Rows logits = random_rows(32, 5000, DType::kFloat32, 9);
-  PerRowCall call = random_windows(32, 5000, 10);
-  const Selection a = run_per_row(logits, call, 2048);
-  const Selection b = run_per_row(logits, call, 2048);
-  ASSERT_EQ(a.indices, b.indices);
-  for (std::size_t k = 0; k < a.values.size(); ++k) {
-    ASSERT_EQ(std::bit_cast<std::uint32_t>(a.values[k]), std::bit_cast<std::uint32_t>(b.values[k]));
-  }
+  expect_repeated_calls_bitwise_equal(run_per_row, 32);
 }
 
 template <class Call>
@@ -303,12 +295,8 @@ TEST(MqaTopk, RefusesASmallWorkspaceAndWritesNothing) {
 
 
 TEST(PagedMqaTopk, MatchesTheOracleOverItsLogits) {
-  const PagedCase cases[] = {
-      {5, 1, 64, false, false, DType::kFloat32}, {5, 2, 32, true, false, DType::kFloat32},
-      {5, 3, 64, false, false, DType::kBFloat16}, {5, 4, 64, true, false, DType::kFloat32},
-      {5, 8, 32, false, false, DType::kFloat32}, {5, 1, 64, false, true, DType::kFloat32},
-  };
-  for (const PagedCase& c : cases) {
+  for (PagedCase c : kPagedCases) {
+    c.batch = 5;
     const support::PagedSpec spec = paged_spec(c, 8, 64, 2600);
     const auto w = support::make_paged_workload(spec);
     const auto in = w.host_inputs();

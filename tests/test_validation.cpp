@@ -19,6 +19,7 @@ namespace mqa_logits {
 namespace {
 
 using test::expect_call_refused;
+using test::expect_edit_refused;
 using test::expect_refused;
 using test::PrefillInputs;
 
@@ -49,29 +50,20 @@ TEST(PrefillValidation, DescriptorHasEveryField) {
   in.options.clean_logits = false;
   const PrefillProblem p =
       validate_prefill(in.q, in.kv, in.weights, in.k_start, in.k_end, in.logits, in.options);
-  EXPECT_EQ(p.format, Format::kMXFP8);
-  EXPECT_EQ(p.device, Device{});
   EXPECT_EQ(p.seq_len, 6);
-  EXPECT_EQ(p.num_heads, 32);
-  EXPECT_EQ(p.head_dim, 64);
   EXPECT_EQ(p.seq_len_kv, 90);
-  EXPECT_EQ(p.q, in.q_data.data());
-  EXPECT_EQ(static_cast<const void*>(p.q_scales), in.q_scale_data.data());
   EXPECT_EQ(p.kv, in.kv_data.data());
   EXPECT_EQ(p.kv_scales, in.kv_scale_data.data());
-  EXPECT_EQ(p.weights, in.weights_data.data());
-  EXPECT_EQ(p.weights_dtype, DType::kBFloat16);
   EXPECT_EQ(p.weights_row_stride, 32);
   EXPECT_EQ(p.k_start, in.start_data.data());
   EXPECT_EQ(p.k_end, in.end_data.data());
-  EXPECT_EQ(p.logits, in.out.bytes.data());
-  EXPECT_EQ(p.logits_dtype, DType::kBFloat16);
-  EXPECT_EQ(p.logits_row_stride, 512);  // 90 bf16 padded to 1024 bytes
   EXPECT_EQ(p.out_cols, 90);
   EXPECT_FALSE(p.compressed);
-  EXPECT_FALSE(p.clean_logits);
-  EXPECT_EQ(p.schedule_meta, meta.data());
-  EXPECT_EQ(p.schedule_workers, 4);
+  test::expect_common_fields(
+      p, in,
+      {.format = Format::kMXFP8, .num_heads = 32, .head_dim = 64, .weights_dtype = DType::kBFloat16,
+       .logits_dtype = DType::kBFloat16, .logits_row_stride = 512,  // 90 bf16 padded to 1024 bytes
+       .clean_logits = false, .schedule_meta = meta.data(), .schedule_workers = 4});
 }
 
 TEST(PrefillValidation, OffsetsBeyond32Bits) {
@@ -97,76 +89,44 @@ TEST(PrefillValidation, OffsetsBeyond32Bits) {
 }
 
 TEST(PrefillValidation, RefusesWrongRank) {
-  PrefillInputs in;
-  in.q.values.rank = 2;
-  expect_call_refused(in, "q");
-  PrefillInputs kv;
-  kv.kv.values = TensorView::contiguous(kv.kv_data.data(), DType::kFloat8E4M3, {50, 1, 64});
-  expect_call_refused(kv, "kv");
-  PrefillInputs w;
-  w.weights.rank = 1;
-  expect_call_refused(w, "weights");
-  PrefillInputs logits;
-  logits.logits.rank = 3;
-  expect_call_refused(logits, "logits");
+  expect_edit_refused<PrefillInputs>("q", [](auto& in) { in.q.values.rank = 2; });
+  expect_edit_refused<PrefillInputs>("kv", [](auto& in) {
+    in.kv.values = TensorView::contiguous(in.kv_data.data(), DType::kFloat8E4M3, {50, 1, 64});
+  });
+  expect_edit_refused<PrefillInputs>("weights", [](auto& in) { in.weights.rank = 1; });
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.logits.rank = 3; });
 }
 
 TEST(PrefillValidation, RefusesWrongDtype) {
-  PrefillInputs q;
-  q.q.values.dtype = DType::kInt32;
-  expect_call_refused(q, "q");
-  PrefillInputs w;
-  w.weights.dtype = DType::kInt32;
-  expect_call_refused(w, "weights");
-  PrefillInputs start;
-  start.k_start.dtype = DType::kFloat32;
-  expect_call_refused(start, "k_start");
-  PrefillInputs logits;
-  logits.logits.dtype = DType::kInt32;
-  expect_call_refused(logits, "logits");
+  expect_edit_refused<PrefillInputs>("q", [](auto& in) { in.q.values.dtype = DType::kInt32; });
+  expect_edit_refused<PrefillInputs>("weights", [](auto& in) { in.weights.dtype = DType::kInt32; });
+  expect_edit_refused<PrefillInputs>("k_start",
+                                     [](auto& in) { in.k_start.dtype = DType::kFloat32; });
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.logits.dtype = DType::kInt32; });
 }
 
 TEST(PrefillValidation, RefusesWrongShape) {
-  PrefillInputs kv;
-  kv.kv.values.shape[1] = 32;
-  expect_call_refused(kv, "kv");
-  PrefillInputs scales;
-  scales.kv.scales->shape[0] = 49;
-  expect_call_refused(scales, "kv_scales");
-  PrefillInputs w;
-  w.weights.shape[0] = 5;
-  expect_call_refused(w, "weights");
-  PrefillInputs end;
-  end.k_end.shape[0] = 7;
-  expect_call_refused(end, "k_end");
-  PrefillInputs logits;
-  logits.logits.shape[1] = 51;
-  expect_call_refused(logits, "logits");
-  PrefillInputs mx(Format::kMXFP8);
-  mx.q.scales->shape[1] = 8;
-  expect_call_refused(mx, "q_scales");
-  PrefillInputs negative;
-  negative.k_start.shape[0] = -1;
-  negative.q.values.shape[0] = -1;
-  expect_call_refused(negative, "q");
+  expect_edit_refused<PrefillInputs>("kv", [](auto& in) { in.kv.values.shape[1] = 32; });
+  expect_edit_refused<PrefillInputs>("kv_scales", [](auto& in) { in.kv.scales->shape[0] = 49; });
+  expect_edit_refused<PrefillInputs>("weights", [](auto& in) { in.weights.shape[0] = 5; });
+  expect_edit_refused<PrefillInputs>("k_end", [](auto& in) { in.k_end.shape[0] = 7; });
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.logits.shape[1] = 51; });
+  expect_edit_refused<PrefillInputs>(
+      "q_scales", [](auto& in) { in.q.scales->shape[1] = 8; }, Format::kMXFP8);
+  expect_edit_refused<PrefillInputs>("q", [](auto& in) {  // negative extents
+    in.k_start.shape[0] = -1;
+    in.q.values.shape[0] = -1;
+  });
 }
 
 TEST(PrefillValidation, RefusesWrongStride) {
-  PrefillInputs q;
-  q.q.values.strides[1] = 128;  // heads 128 bytes apart: not contiguous
-  expect_call_refused(q, "q");
-  PrefillInputs kv;
-  kv.kv.values.strides[0] = 128;
-  expect_call_refused(kv, "kv");
-  PrefillInputs w;
-  w.weights.strides[1] = 2;
-  expect_call_refused(w, "weights");
-  PrefillInputs logits;
-  logits.logits.strides[0] = 49;  // rows overlap
-  expect_call_refused(logits, "logits");
-  PrefillInputs start;
-  start.k_start.strides[0] = 2;
-  expect_call_refused(start, "k_start");
+  // Heads 128 bytes apart: not contiguous.
+  expect_edit_refused<PrefillInputs>("q", [](auto& in) { in.q.values.strides[1] = 128; });
+  expect_edit_refused<PrefillInputs>("kv", [](auto& in) { in.kv.values.strides[0] = 128; });
+  expect_edit_refused<PrefillInputs>("weights", [](auto& in) { in.weights.strides[1] = 2; });
+  // Rows overlap.
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.logits.strides[0] = 49; });
+  expect_edit_refused<PrefillInputs>("k_start", [](auto& in) { in.k_start.strides[0] = 2; });
 }
 
 TEST(PrefillValidation, RefusesUnsupportedHeadsAndHeadDim) {
@@ -183,27 +143,22 @@ TEST(PrefillValidation, RefusesUnsupportedHeadsAndHeadDim) {
 }
 
 TEST(PrefillValidation, RefusesFormatMismatch) {
-  PrefillInputs bytes_without_scales(Format::kMXFP4);
-  bytes_without_scales.q.scales.reset();
-  expect_call_refused(bytes_without_scales, "q_scales");
-  PrefillInputs fp32_q_scales(Format::kMXFP8);
-  fp32_q_scales.q.scales->dtype = DType::kFloat32;
-  expect_call_refused(fp32_q_scales, "q_scales");
-  PrefillInputs fp8_with_int_key_scales(Format::kFP8);
-  fp8_with_int_key_scales.kv.scales->dtype = DType::kInt32;
-  expect_call_refused(fp8_with_int_key_scales, "kv_scales");
-  PrefillInputs mx_with_float_key_scales(Format::kMXFP8);
-  mx_with_float_key_scales.kv.scales->dtype = DType::kFloat32;
-  expect_call_refused(mx_with_float_key_scales, "kv_scales");
-  PrefillInputs missing_key_scales;
-  missing_key_scales.kv.scales.reset();
-  expect_call_refused(missing_key_scales, "kv_scales");
-  PrefillInputs byte_keys(Format::kMXFP8);
-  byte_keys.kv.values.dtype = DType::kUInt8;
-  expect_call_refused(byte_keys, "kv");
-  PrefillInputs e4m3_keys(Format::kMXFP4);
-  e4m3_keys.kv.values.dtype = DType::kFloat8E4M3;
-  expect_call_refused(e4m3_keys, "kv");
+  // MXFP4 bytes without query scales, MXFP8 fp32 query scales.
+  expect_edit_refused<PrefillInputs>(
+      "q_scales", [](auto& in) { in.q.scales.reset(); }, Format::kMXFP4);
+  expect_edit_refused<PrefillInputs>(
+      "q_scales", [](auto& in) { in.q.scales->dtype = DType::kFloat32; }, Format::kMXFP8);
+  // FP8 with int key scales, MXFP8 with float key scales, no key scales.
+  expect_edit_refused<PrefillInputs>(
+      "kv_scales", [](auto& in) { in.kv.scales->dtype = DType::kInt32; }, Format::kFP8);
+  expect_edit_refused<PrefillInputs>(
+      "kv_scales", [](auto& in) { in.kv.scales->dtype = DType::kFloat32; }, Format::kMXFP8);
+  expect_edit_refused<PrefillInputs>("kv_scales", [](auto& in) { in.kv.scales.reset(); });
+  // MXFP8 byte keys, MXFP4 e4m3 keys.
+  expect_edit_refused<PrefillInputs>(
+      "kv", [](auto& in) { in.kv.values.dtype = DType::kUInt8; }, Format::kMXFP8);
+  expect_edit_refused<PrefillInputs>(
+      "kv", [](auto& in) { in.kv.values.dtype = DType::kFloat8E4M3; }, Format::kMXFP4);
 }
 
 TEST(PrefillValidation, RefusesBf16WeightsWithFp32Logits) {
@@ -217,12 +172,10 @@ TEST(PrefillValidation, RefusesBf16WeightsWithFp32Logits) {
 }
 
 TEST(PrefillValidation, RefusesBadCompressedOutput) {
-  PrefillInputs negative;
-  negative.options.max_seqlen_k = -1;
-  expect_call_refused(negative, "max_seqlen_k");
-  PrefillInputs mismatch;  // logits stay [S, T]
-  mismatch.options.max_seqlen_k = 20;
-  expect_call_refused(mismatch, "logits");
+  expect_edit_refused<PrefillInputs>("max_seqlen_k",
+                                     [](auto& in) { in.options.max_seqlen_k = -1; });
+  // The logits stay [S, T].
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.options.max_seqlen_k = 20; });
 }
 
 // Compressed output: key j of row i lands in column j - start[i], so a window from a negative
@@ -243,12 +196,10 @@ TEST(PrefillValidation, CompressedOutputCountsColumnsFromTheStart) {
 // UE8M0 255 is NaN: the CPU backend refuses it in a used block of any query or key scale word,
 // and takes it in a padding byte (head dim 64 uses bytes 0 and 1 of each word).
 TEST(PrefillValidation, RefusesNanScales) {
-  PrefillInputs query(Format::kMXFP8);
-  query.q_scale_data[5] |= 0xffu << 8;
-  expect_call_refused(query, "q_scales");
-  PrefillInputs key(Format::kMXFP4);
-  key.kv_scale_data[7] |= 0xffu;
-  expect_call_refused(key, "kv_scales");
+  expect_edit_refused<PrefillInputs>(
+      "q_scales", [](auto& in) { in.q_scale_data[5] |= 0xffu << 8; }, Format::kMXFP8);
+  expect_edit_refused<PrefillInputs>(
+      "kv_scales", [](auto& in) { in.kv_scale_data[7] |= 0xffu; }, Format::kMXFP4);
   PrefillInputs padding(Format::kMXFP8);  // D = 64
   padding.q_scale_data[5] |= 0xffu << 24;
   padding.kv_scale_data[7] |= 0xffu << 16;
@@ -257,15 +208,14 @@ TEST(PrefillValidation, RefusesNanScales) {
 
 // The logits may not share memory with an input, nor may a view span 2^63 bytes or more.
 TEST(PrefillValidation, RefusesOverlappingAndOversizedViews) {
-  PrefillInputs queries;
-  queries.q.values.data = queries.out.bytes.data();
-  expect_call_refused(queries, "logits");
-  PrefillInputs ends;
-  ends.k_end.data = ends.out.bytes.data() + ends.out.bytes.size() - 1024;  // the last row
-  expect_call_refused(ends, "logits");
-  PrefillInputs huge;
-  huge.q.values.shape[0] = std::int64_t{1} << 60;  // S x H x D elements past 2^63
-  expect_call_refused(huge, "q");
+  expect_edit_refused<PrefillInputs>("logits",
+                                     [](auto& in) { in.q.values.data = in.out.bytes.data(); });
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) {  // the ends in the last row
+    in.k_end.data = in.out.bytes.data() + in.out.bytes.size() - 1024;
+  });
+  expect_edit_refused<PrefillInputs>("q", [](auto& in) {  // S x H x D elements past 2^63
+    in.q.values.shape[0] = std::int64_t{1} << 60;
+  });
   TensorView wide = TensorView::contiguous(nullptr, DType::kFloat32, {4, 8});
   wide.strides[0] = std::numeric_limits<std::int64_t>::max() / 2;  // its last row past 2^63 bytes
   EXPECT_FALSE(checks::byte_span(wide).has_value());
@@ -294,24 +244,17 @@ TEST(PrefillValidation, RefusesScheduleMetadataOfTheWrongSize) {
 }
 
 TEST(PrefillValidation, RefusesNullAndMisalignedPointers) {
-  PrefillInputs null_kv;
-  null_kv.kv.values.data = nullptr;
-  expect_call_refused(null_kv, "kv");
-  PrefillInputs misaligned;
-  misaligned.k_start.data = reinterpret_cast<std::uint8_t*>(misaligned.start_data.data()) + 1;
-  expect_call_refused(misaligned, "k_start");
+  expect_edit_refused<PrefillInputs>("kv", [](auto& in) { in.kv.values.data = nullptr; });
+  expect_edit_refused<PrefillInputs>("k_start", [](auto& in) {
+    in.k_start.data = reinterpret_cast<std::uint8_t*>(in.start_data.data()) + 1;
+  });
 }
 
 TEST(PrefillValidation, RefusesMixedDevices) {
-  PrefillInputs weights_on_gpu;
-  weights_on_gpu.weights.device = kCuda;
-  expect_call_refused(weights_on_gpu, "weights");
-  PrefillInputs logits_on_gpu;
-  logits_on_gpu.logits.device = kCuda;
-  expect_call_refused(logits_on_gpu, "logits");
-  PrefillInputs scales_on_gpu(Format::kMXFP8);
-  scales_on_gpu.q.scales->device = kCuda;
-  expect_call_refused(scales_on_gpu, "q_scales");
+  expect_edit_refused<PrefillInputs>("weights", [](auto& in) { in.weights.device = kCuda; });
+  expect_edit_refused<PrefillInputs>("logits", [](auto& in) { in.logits.device = kCuda; });
+  expect_edit_refused<PrefillInputs>(
+      "q_scales", [](auto& in) { in.q.scales->device = kCuda; }, Format::kMXFP8);
 }
 
 TEST(PrefillValidation, RefusesHostMemoryMarkedAsCuda) {

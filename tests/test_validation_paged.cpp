@@ -18,6 +18,7 @@ namespace mqa_logits {
 namespace {
 
 using test::expect_call_refused;
+using test::expect_edit_refused;
 using test::expect_refused;
 using test::PagedInputs;
 
@@ -84,132 +85,98 @@ TEST(PagedValidation, DescriptorHasEveryField) {
   const PagedProblem p =
       validate_paged(in.q, in.kv_cache, in.weights, in.context_lens, in.block_table,
                      in.schedule_meta, in.max_context_len, in.logits, in.options);
-  EXPECT_EQ(p.format, Format::kMXFP4);
-  EXPECT_EQ(p.device, Device{});
   EXPECT_EQ(p.batch, 3);
   EXPECT_EQ(p.next_n, 2);
-  EXPECT_EQ(p.num_heads, 16);
-  EXPECT_EQ(p.head_dim, 128);
-  EXPECT_EQ(p.q, in.q_data.data());
-  EXPECT_EQ(static_cast<const void*>(p.q_scales), in.q_scale_data.data());
   EXPECT_EQ(p.kv_cache, in.cache_data.data());
   EXPECT_EQ(p.num_blocks, in.num_blocks - 1);
   EXPECT_EQ(p.block_kv, 32);
   EXPECT_EQ(p.token_bytes, 64);
   EXPECT_EQ(p.block_stride_bytes, 32 * 68 + 4);
-  EXPECT_EQ(p.weights, in.weights_data.data());
-  EXPECT_EQ(p.weights_dtype, DType::kFloat32);
   EXPECT_EQ(p.context_lens, in.lens_data.data());
   EXPECT_TRUE(p.context_lens_2d);
   EXPECT_EQ(p.block_table, in.table_data.data());
   EXPECT_EQ(p.max_blocks, 4);
   EXPECT_EQ(p.block_table_row_stride, 4);
   EXPECT_EQ(p.indices, nullptr);
-  EXPECT_EQ(p.schedule_meta, in.meta_data.data());
-  EXPECT_EQ(p.schedule_workers, PagedInputs::kWorkers);
-  EXPECT_EQ(p.logits, in.out.bytes.data());
-  EXPECT_EQ(p.logits_dtype, DType::kFloat32);
-  EXPECT_EQ(p.logits_row_stride, 256);  // 100 fp32 padded to 1024 bytes
   EXPECT_EQ(p.max_context_len, 100);
-  EXPECT_TRUE(p.clean_logits);
+  test::expect_common_fields(
+      p, in,
+      {.format = Format::kMXFP4, .num_heads = 16, .head_dim = 128, .weights_dtype = DType::kFloat32,
+       .logits_dtype = DType::kFloat32, .logits_row_stride = 256,  // 100 fp32 padded to 1024 bytes
+       .clean_logits = true, .schedule_meta = in.meta_data.data(),
+       .schedule_workers = PagedInputs::kWorkers});
 }
 
 TEST(PagedValidation, RefusesWrongRankDtypeAndShape) {
-  PagedInputs q_rank;
-  q_rank.q.values.rank = 3;
-  expect_call_refused(q_rank, "q");
-  PagedInputs cache_dtype;
-  cache_dtype.kv_cache.dtype = DType::kInt32;
-  expect_call_refused(cache_dtype, "kv_cache");
-  PagedInputs cache_row;
-  cache_row.kv_cache.shape[3] = 72;  // D + 8
-  expect_call_refused(cache_row, "kv_cache");
-  PagedInputs cache_heads;
-  cache_heads.kv_cache.shape[2] = 2;
-  expect_call_refused(cache_heads, "kv_cache");
-  PagedInputs weights;
-  weights.weights.shape[0] = 5;
-  expect_call_refused(weights, "weights");
-  PagedInputs lens;
-  lens.context_lens.shape[1] = 3;
-  expect_call_refused(lens, "context_lens");
-  PagedInputs lens_dtype;
-  lens_dtype.context_lens.dtype = DType::kFloat32;
-  expect_call_refused(lens_dtype, "context_lens");
-  PagedInputs table_rows;
-  table_rows.block_table.shape[0] = 2;
-  expect_call_refused(table_rows, "block_table");
-  PagedInputs table_rank;
-  table_rank.block_table.rank = 1;
-  expect_call_refused(table_rank, "block_table");
-  PagedInputs logits;
-  logits.logits.shape[1] = 149;
-  expect_call_refused(logits, "logits");
-  PagedInputs negative_len;
-  negative_len.max_context_len = -1;
-  expect_call_refused(negative_len, "max_context_len");
-  PagedInputs mx(Format::kMXFP8);
-  mx.q.scales->shape[2] = 8;
-  expect_call_refused(mx, "q_scales");
+  expect_edit_refused<PagedInputs>("q", [](auto& in) { in.q.values.rank = 3; });
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.dtype = DType::kInt32; });
+  // Rows of D + 8 bytes, two heads.
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.shape[3] = 72; });
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.shape[2] = 2; });
+  expect_edit_refused<PagedInputs>("weights", [](auto& in) { in.weights.shape[0] = 5; });
+  expect_edit_refused<PagedInputs>("context_lens", [](auto& in) { in.context_lens.shape[1] = 3; });
+  expect_edit_refused<PagedInputs>("context_lens",
+                                   [](auto& in) { in.context_lens.dtype = DType::kFloat32; });
+  expect_edit_refused<PagedInputs>("block_table", [](auto& in) { in.block_table.shape[0] = 2; });
+  expect_edit_refused<PagedInputs>("block_table", [](auto& in) { in.block_table.rank = 1; });
+  expect_edit_refused<PagedInputs>("logits", [](auto& in) { in.logits.shape[1] = 149; });
+  expect_edit_refused<PagedInputs>("max_context_len", [](auto& in) { in.max_context_len = -1; });
+  expect_edit_refused<PagedInputs>(
+      "q_scales", [](auto& in) { in.q.scales->shape[2] = 8; }, Format::kMXFP8);
 }
 
 TEST(PagedValidation, RefusesWrongStride) {
-  PagedInputs q;
-  q.q.values.strides[0] *= 2;
-  expect_call_refused(q, "q");
-  PagedInputs block_gap;
-  block_gap.kv_cache.strides[0] += 2;  // not a multiple of 4 bytes
-  expect_call_refused(block_gap, "kv_cache");
-  PagedInputs block_overlap;
-  block_overlap.kv_cache.strides[0] -= 4;
-  expect_call_refused(block_overlap, "kv_cache");
-  PagedInputs interleaved;
-  interleaved.kv_cache.strides[1] *= 2;
-  expect_call_refused(interleaved, "kv_cache");
-  PagedInputs table;
-  table.block_table.strides[1] = 2;
-  expect_call_refused(table, "block_table");
-  PagedInputs weights;
-  weights.weights.strides[0] = 32;  // paged weights are contiguous
-  expect_call_refused(weights, "weights");
-  PagedInputs logits;
-  logits.logits.strides[1] = 2;
-  expect_call_refused(logits, "logits");
+  expect_edit_refused<PagedInputs>("q", [](auto& in) { in.q.values.strides[0] *= 2; });
+  // Blocks apart by a gap that is not a multiple of 4 bytes, blocks overlapping, tokens
+  // interleaved.
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.strides[0] += 2; });
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.strides[0] -= 4; });
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.strides[1] *= 2; });
+  expect_edit_refused<PagedInputs>("block_table", [](auto& in) { in.block_table.strides[1] = 2; });
+  // Paged weights are contiguous.
+  expect_edit_refused<PagedInputs>("weights", [](auto& in) { in.weights.strides[0] = 32; });
+  expect_edit_refused<PagedInputs>("logits", [](auto& in) { in.logits.strides[1] = 2; });
 }
 
 TEST(PagedValidation, RefusesVarlenTablesOfSequencesAndNegativeRowStrides) {
-  PagedInputs varlen(Format::kFP8, 4, 1);  // one block-table row per row, not per sequence
   std::vector<std::int32_t> indices{0, 0, 1, 2};
-  varlen.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
-  varlen.context_lens = TensorView::contiguous(varlen.lens_data.data(), DType::kInt32, {4});
-  varlen.block_table.shape[0] = 3;
-  expect_call_refused(varlen, "block_table");
-  PagedInputs reversed;  // rows read backwards from the last one
-  reversed.block_table.data = reversed.table_data.data() + 2 * reversed.max_blocks;
-  reversed.block_table.strides[0] = -reversed.max_blocks;
-  expect_call_refused(reversed, "block_table");
+  expect_edit_refused<PagedInputs>(  // one block-table row per row, not per sequence
+      "block_table",
+      [&](auto& in) {
+        in.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {4});
+        in.context_lens = TensorView::contiguous(in.lens_data.data(), DType::kInt32, {4});
+        in.block_table.shape[0] = 3;
+      },
+      Format::kFP8, 4, 1);
+  // Rows read backwards from the last one.
+  expect_edit_refused<PagedInputs>("block_table", [](auto& in) {
+    in.block_table.data = in.table_data.data() + 2 * in.max_blocks;
+    in.block_table.strides[0] = -in.max_blocks;
+  });
 }
 
 // The logits may not share memory with an input: the kernels would read what they write.
 // UE8M0 255 is NaN: refused in a query scale, and in the scales of a key a context reads.
 TEST(PagedValidation, RefusesNanScales) {
-  PagedInputs query(Format::kMXFP8);
-  query.q_scale_data[4] |= 0xffu;
-  expect_call_refused(query, "q_scales");
-  PagedInputs key(Format::kMXFP4);  // token 0 of the first sequence's first block
-  const std::int64_t dim = 64 / 2;
-  auto* scale = key.cache_data.data() + key.table_data[0] * 64 * (dim + 4) + 64 * dim;
-  scale[1] = 0xff;
-  expect_call_refused(key, "kv_cache");
+  expect_edit_refused<PagedInputs>(
+      "q_scales", [](auto& in) { in.q_scale_data[4] |= 0xffu; }, Format::kMXFP8);
+  expect_edit_refused<PagedInputs>(
+      "kv_cache",
+      [](auto& in) {  // token 0 of the first sequence's first block
+        const std::int64_t dim = 64 / 2;
+        auto* scale = in.cache_data.data() + in.table_data[0] * 64 * (dim + 4) + 64 * dim;
+        scale[1] = 0xff;
+      },
+      Format::kMXFP4);
 }
 
 TEST(PagedValidation, RefusesLogitsOverlappingAnInput) {
-  PagedInputs weights;  // the weights read from the logits' last row
-  weights.weights.data = weights.out.bytes.data() + (weights.out.bytes.size() - 1024);
-  expect_call_refused(weights, "logits");
-  PagedInputs table;  // the block table in the logits' first row
-  table.block_table.data = table.out.bytes.data();
-  expect_call_refused(table, "logits");
+  expect_edit_refused<PagedInputs>("logits", [](auto& in) {  // weights in the logits' last row
+    in.weights.data = in.out.bytes.data() + (in.out.bytes.size() - 1024);
+  });
+  expect_edit_refused<PagedInputs>("logits", [](auto& in) {  // the table in their first row
+    in.block_table.data = in.out.bytes.data();
+  });
 }
 
 TEST(PagedValidation, AcceptsAnyBlockTableRowStride) {
@@ -238,15 +205,13 @@ TEST(PagedValidation, RefusesBlockKv16) {
 }
 
 TEST(PagedValidation, RefusesFormatMismatch) {
-  PagedInputs mxfp4_layout_for_mxfp8(Format::kMXFP8);
-  mxfp4_layout_for_mxfp8.kv_cache.shape[3] = 64 / 2 + 4;
-  expect_call_refused(mxfp4_layout_for_mxfp8, "kv_cache");
-  PagedInputs bytes_without_scales(Format::kMXFP4);
-  bytes_without_scales.q.scales.reset();
-  expect_call_refused(bytes_without_scales, "q_scales");
-  PagedInputs float_scales(Format::kMXFP8);
-  float_scales.q.scales->dtype = DType::kFloat32;
-  expect_call_refused(float_scales, "q_scales");
+  // The MXFP4 cache layout for MXFP8, MXFP4 bytes without query scales, float query scales.
+  expect_edit_refused<PagedInputs>(
+      "kv_cache", [](auto& in) { in.kv_cache.shape[3] = 64 / 2 + 4; }, Format::kMXFP8);
+  expect_edit_refused<PagedInputs>(
+      "q_scales", [](auto& in) { in.q.scales.reset(); }, Format::kMXFP4);
+  expect_edit_refused<PagedInputs>(
+      "q_scales", [](auto& in) { in.q.scales->dtype = DType::kFloat32; }, Format::kMXFP8);
 }
 
 TEST(PagedValidation, RefusesBf16WeightsWithFp32Logits) {
@@ -255,38 +220,34 @@ TEST(PagedValidation, RefusesBf16WeightsWithFp32Logits) {
 }
 
 TEST(PagedValidation, RefusesIndicesWithNextNAboveOne) {
-  PagedInputs in(Format::kFP8, 3, 2);
   std::vector<std::int32_t> indices{0, 1, 2};
-  in.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {3});
-  expect_call_refused(in, "indices");
-  PagedInputs wrong_length(Format::kFP8, 3, 1);
-  wrong_length.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {2});
-  expect_call_refused(wrong_length, "indices");
+  const auto indices_of_length = [&](std::int64_t length) {
+    return [&indices, length](auto& in) {
+      in.options.indices = TensorView::contiguous(indices.data(), DType::kInt32, {length});
+    };
+  };
+  expect_edit_refused<PagedInputs>("indices", indices_of_length(3), Format::kFP8, 3, 2);
+  expect_edit_refused<PagedInputs>("indices", indices_of_length(2), Format::kFP8, 3, 1);
 }
 
 TEST(PagedValidation, RefusesScheduleMetadataOfTheWrongSize) {
-  PagedInputs three_cols;
-  three_cols.schedule_meta.shape = {3, 3};
-  three_cols.schedule_meta.strides = {3, 1};
-  expect_call_refused(three_cols, "schedule_meta");
-  PagedInputs no_worker;
-  no_worker.schedule_meta.shape[0] = 1;
-  expect_call_refused(no_worker, "schedule_meta");
-  PagedInputs flat;
-  flat.schedule_meta.rank = 1;
-  expect_call_refused(flat, "schedule_meta");
-  PagedInputs too_many;  // workers past checks::kMaxWorkers (validation reads no row)
-  too_many.schedule_meta.shape[0] = checks::kMaxWorkers + 2;
-  expect_call_refused(too_many, "schedule_meta");
+  expect_edit_refused<PagedInputs>("schedule_meta", [](auto& in) {  // three columns
+    in.schedule_meta.shape = {3, 3};
+    in.schedule_meta.strides = {3, 1};
+  });
+  // No worker; flat; workers past checks::kMaxWorkers (validation reads no row).
+  expect_edit_refused<PagedInputs>("schedule_meta",
+                                   [](auto& in) { in.schedule_meta.shape[0] = 1; });
+  expect_edit_refused<PagedInputs>("schedule_meta", [](auto& in) { in.schedule_meta.rank = 1; });
+  expect_edit_refused<PagedInputs>("schedule_meta", [](auto& in) {
+    in.schedule_meta.shape[0] = checks::kMaxWorkers + 2;
+  });
 }
 
 TEST(PagedValidation, RefusesMixedDevicesAndNullPointers) {
-  PagedInputs table_on_gpu;
-  table_on_gpu.block_table.device = kCuda;
-  expect_call_refused(table_on_gpu, "block_table");
-  PagedInputs meta_on_gpu;
-  meta_on_gpu.schedule_meta.device = kCuda;
-  expect_call_refused(meta_on_gpu, "schedule_meta");
+  expect_edit_refused<PagedInputs>("block_table", [](auto& in) { in.block_table.device = kCuda; });
+  expect_edit_refused<PagedInputs>("schedule_meta",
+                                   [](auto& in) { in.schedule_meta.device = kCuda; });
   PagedInputs all_on_gpu;
   for (TensorView* view : {&all_on_gpu.q.values, &all_on_gpu.kv_cache, &all_on_gpu.weights,
                            &all_on_gpu.context_lens, &all_on_gpu.block_table,
@@ -294,9 +255,7 @@ TEST(PagedValidation, RefusesMixedDevicesAndNullPointers) {
     view->device = kCuda;
   }
   expect_call_refused(all_on_gpu, "q");
-  PagedInputs null_cache;
-  null_cache.kv_cache.data = nullptr;
-  expect_call_refused(null_cache, "kv_cache");
+  expect_edit_refused<PagedInputs>("kv_cache", [](auto& in) { in.kv_cache.data = nullptr; });
 }
 
 // ---- metadata ----

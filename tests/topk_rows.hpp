@@ -156,6 +156,20 @@ inline PerRowCall random_windows(std::int64_t rows, std::int64_t cols, std::uint
   return call;
 }
 
+// Two calls of `run` (a backend's topk_per_row: logits, call, topk -> Selection) on the same
+// random rows of 5000 columns and windows give the same indices and bitwise the same values.
+template <class Run>
+void expect_repeated_calls_bitwise_equal(Run run, std::int64_t rows) {
+  const Rows logits = random_rows(rows, 5000, DType::kFloat32, 9);
+  PerRowCall call = random_windows(rows, 5000, 10);
+  const Selection a = run(logits, call, 2048);
+  const Selection b = run(logits, call, 2048);
+  ASSERT_EQ(a.indices, b.indices);
+  for (std::size_t k = 0; k < a.values.size(); ++k) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(a.values[k]), std::bit_cast<std::uint32_t>(b.values[k]));
+  }
+}
+
 // A row whose every key lies in one bin of the first two digits: values differ in
 // their 6 lowest bits only, with many exact ties.
 inline Rows one_bin_row(std::int64_t cols, std::uint64_t seed) {
@@ -250,6 +264,14 @@ struct PagedCase {
   bool lens_2d;
   bool varlen;
   DType weights;
+};
+
+// The fused decode tests' cases: next_n 1, 2, 3, 4 and 8, block_kv 32 and 64, 1-D and 2-D lengths, the
+// varlen form, bf16; the batches are the GPU tests' (the CPU tests take batch 5 throughout).
+inline const PagedCase kPagedCases[] = {
+    {1, 1, 64, false, false, DType::kFloat32},  {8, 2, 32, true, false, DType::kFloat32},
+    {5, 3, 64, false, false, DType::kBFloat16}, {6, 4, 64, true, false, DType::kFloat32},
+    {3, 8, 32, false, false, DType::kFloat32},  {12, 1, 64, false, true, DType::kFloat32},
 };
 
 inline support::PagedSpec paged_spec(const PagedCase& c, std::int64_t heads, std::int64_t dim,

@@ -208,6 +208,38 @@ struct PagedInputs {
   PagedMqaLogitsOptions options;
 };
 
+// The fields a prefill and a decode descriptor (PrefillProblem, PagedProblem) share, as a test
+// expects them; expect_common_fields checks them and the pointers into the inputs they share.
+struct CommonFields {
+  Format format;
+  std::int64_t num_heads;
+  std::int64_t head_dim;
+  DType weights_dtype;
+  DType logits_dtype;
+  std::int64_t logits_row_stride;
+  bool clean_logits;
+  const std::int32_t* schedule_meta;
+  int schedule_workers;
+};
+
+template <typename Problem, typename Inputs>
+void expect_common_fields(const Problem& p, const Inputs& in, const CommonFields& expected) {
+  EXPECT_EQ(p.format, expected.format);
+  EXPECT_EQ(p.device, Device{});
+  EXPECT_EQ(p.num_heads, expected.num_heads);
+  EXPECT_EQ(p.head_dim, expected.head_dim);
+  EXPECT_EQ(p.q, in.q_data.data());
+  EXPECT_EQ(static_cast<const void*>(p.q_scales), in.q_scale_data.data());
+  EXPECT_EQ(p.weights, in.weights_data.data());
+  EXPECT_EQ(p.weights_dtype, expected.weights_dtype);
+  EXPECT_EQ(p.logits, in.out.bytes.data());
+  EXPECT_EQ(p.logits_dtype, expected.logits_dtype);
+  EXPECT_EQ(p.logits_row_stride, expected.logits_row_stride);
+  EXPECT_EQ(p.clean_logits, expected.clean_logits);
+  EXPECT_EQ(p.schedule_meta, expected.schedule_meta);
+  EXPECT_EQ(p.schedule_workers, expected.schedule_workers);
+}
+
 // Runs `call`, which must throw InvalidArgument naming `argument` ("argument: expected ...").
 template <typename Call>
 void expect_refused(Call&& call, const std::string& argument) {
@@ -227,6 +259,15 @@ template <typename Inputs>
 void expect_call_refused(const Inputs& inputs, const std::string& argument) {
   expect_refused([&] { inputs.call(); }, argument);
   EXPECT_TRUE(inputs.out.untouched()) << "the output was written before the refusal";
+}
+
+// Builds inputs of type Inputs from `args`, lets `edit` break one view or option, and expects the
+// call refused as expect_call_refused does.
+template <typename Inputs, typename Edit, typename... Args>
+void expect_edit_refused(const std::string& argument, Edit edit, const Args&... args) {
+  Inputs inputs(args...);
+  edit(inputs);
+  expect_call_refused(inputs, argument);
 }
 
 }  // namespace mqa_logits::test

@@ -25,7 +25,7 @@ from ._arrays import (
 )
 from ._errors import Vocabulary
 
-try:  # torch.compile traces the functions into torch custom ops (_torch_ops.py)
+try:  # torch.compile traces the functions (and _topk.py's) into torch custom ops (_torch_ops.py)
     from torch.compiler import is_compiling as _compiling
 
     from . import _torch_ops
@@ -108,12 +108,7 @@ def fp8_fp4_mqa_logits(
             (MX). Contiguous.
         weights: ``[S, H]`` float32 or bfloat16 (bfloat16 needs bfloat16 logits); last dim
             contiguous.
-        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
-        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
-            T); an empty or inverted window is an empty row.
-        clean_logits: when True, every element outside a window is exactly ``-inf``; when False
-            those elements are unspecified. Default True (a bool, 0 or 1, or None:
-            False).
+        @PREFILL_SHARED_ARGS@
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
             output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
             widest window counted from its start (``end - start`` columns, also where start is
@@ -199,12 +194,7 @@ def fp8_mqa_logits(
             ``[T]`` float32, one per key token. Contiguous.
         weights: ``[S, H]`` float32 (bfloat16 weights need bfloat16 logits:
             :func:`fp8_fp4_mqa_logits`); last dim contiguous.
-        cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
-        cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
-            T); an empty or inverted window is an empty row.
-        clean_logits: when True, every element outside a window is exactly ``-inf``; when False
-            those elements are unspecified. Default True (a bool, 0 or 1, or None:
-            False).
+        @PREFILL_SHARED_ARGS@
         max_seqlen_k: 0 for ``[S, T]`` logits, or the width of a compressed ``[S, max_seqlen_k]``
             output whose element ``[i, c]`` is the logit of key ``start[i] + c``, at least the
             widest window counted from its start (``end - start`` columns). Default 0.
@@ -424,17 +414,7 @@ def fp8_fp4_paged_mqa_logits(
             from numpy.
         weights: ``[B * N, H]`` float32 or bfloat16 (bfloat16 needs bfloat16 logits).
             Contiguous.
-        context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
-            ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
-        block_table: ``[B, max_blocks]`` int32 block ids, a row per sequence (per row of q in
-            the varlen form, the rows of a sequence holding its blocks, as ``repeat_interleave``
-            gives them), last dim contiguous, any row stride ``>= 0``.
-        schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
-            indices), this block_kv and :func:`get_num_sms` workers.
-        max_context_len: output columns (``>= 0``).
-        clean_logits: when True, the columns at or past a row's context length are exactly
-            ``-inf``; when False they are unspecified. Default False (a bool, 0 or
-            1, or None: False).
+        @PAGED_SHARED_ARGS@
         logits_dtype: float32 or bfloat16: a torch dtype, a numpy dtype (bfloat16 from
             ml_dtypes) or the name ``"float32"`` / ``"bfloat16"``. Default ``torch.float32``
             (``numpy.float32`` without torch).
@@ -519,17 +499,7 @@ def fp8_paged_mqa_logits(
             :func:`write_paged_kv_cache` writes it from numpy.
         weights: ``[B * N, H]`` float32 (bfloat16 weights need bfloat16 logits:
             :func:`fp8_fp4_paged_mqa_logits`). Contiguous.
-        context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
-            ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
-        block_table: ``[B, max_blocks]`` int32 block ids, a row per sequence (per row of q in
-            the varlen form, the rows of a sequence holding its blocks, as ``repeat_interleave``
-            gives them), last dim contiguous, any row stride ``>= 0``.
-        schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
-            indices), this block_kv and :func:`get_num_sms` workers.
-        max_context_len: output columns (``>= 0``).
-        clean_logits: when True, the columns at or past a row's context length are exactly
-            ``-inf``; when False they are unspecified. Default False (a bool, 0 or
-            1, or None: False).
+        @PAGED_SHARED_ARGS@
         indices: None, or ``[B]`` int32 (varlen form, N = 1): sequence labels, as for
             :func:`fp8_fp4_paged_mqa_logits`. Default None.
 
@@ -673,14 +643,44 @@ def cuda_backend_available() -> bool:
     return bool(_C.cuda_backend_available())
 
 
-# The docstrings' supported sets come from the capability table (mqa_logits/capabilities.hpp).
+# Placeholders in the docstrings: the supported sets come from the capability table
+# (mqa_logits/capabilities.hpp).
 def _set_text(values) -> str:
     return "{" + ", ".join(str(v) for v in values) + "}"
 
 
 _CAPABILITIES = {"@HEADS@": _set_text(_C.HEAD_COUNTS), "@DIMS@": _set_text(_C.HEAD_DIMS),
                  "@MXFP4_DIMS@": _set_text(_C.MXFP4_HEAD_DIMS), "@MAX_NEXT_N@": str(_C.MAX_NEXT_N)}
+
+# Args entries that the fp8_fp4_* functions and their float32 twins (fp8_*) share word for word,
+# written once; continuation lines are indented relative to the entry.
+_SHARED_ARGS = {
+    "@PREFILL_SHARED_ARGS@": """\
+cu_seq_len_k_start: ``[S]`` int32, first key of each row's window (clamped at 0).
+cu_seq_len_k_end: ``[S]`` int32, one past the last key of each row's window (clamped at
+    T); an empty or inverted window is an empty row.
+clean_logits: when True, every element outside a window is exactly ``-inf``; when False
+    those elements are unspecified. Default True (a bool, 0 or 1, or None:
+    False).""",
+    "@PAGED_SHARED_ARGS@": """\
+context_lens: ``[B, N]`` int32 (row ``b*N + t`` sees ``context_lens[b, t]`` keys) or
+    ``[B]`` (it sees ``context_lens[b] - N + t + 1``). Contiguous.
+block_table: ``[B, max_blocks]`` int32 block ids, a row per sequence (per row of q in
+    the varlen form, the rows of a sequence holding its blocks, as ``repeat_interleave``
+    gives them), last dim contiguous, any row stride ``>= 0``.
+schedule_meta: :func:`get_paged_mqa_logits_metadata` of these context lengths (and
+    indices), this block_kv and :func:`get_num_sms` workers.
+max_context_len: output columns (``>= 0``).
+clean_logits: when True, the columns at or past a row's context length are exactly
+    ``-inf``; when False they are unspecified. Default False (a bool, 0 or
+    1, or None: False).""",
+}
+_ARGS_INDENT = " " * 8  # of an Args entry in a function's docstring
+
+_DOC_TEXTS = {**{word: text.replace("\n", "\n" + _ARGS_INDENT)
+                 for word, text in _SHARED_ARGS.items()},
+              **_CAPABILITIES}  # the shared entries first: their text may name capabilities
 for _function in (fp8_fp4_mqa_logits, fp8_mqa_logits, get_mqa_logits_metadata,
                   fp8_fp4_paged_mqa_logits, fp8_paged_mqa_logits):
-    for _word, _text in _CAPABILITIES.items():
+    for _word, _text in _DOC_TEXTS.items():
         _function.__doc__ = _function.__doc__.replace(_word, _text)

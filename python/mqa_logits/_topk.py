@@ -29,17 +29,15 @@ from ._arrays import (
     prefill_operands,
     stream_of,
 )
+from ._api import (
+    _PAGED_ARGUMENTS,
+    _PAGED_TERMS,
+    _PREFILL_ARGUMENTS,
+    _PREFILL_TERMS,
+    _compiling,
+    _torch_ops,
+)
 from ._errors import Vocabulary
-
-try:
-    from torch.compiler import is_compiling as _compiling
-
-    from . import _torch_ops
-except ImportError:
-    _torch_ops = None
-
-    def _compiling() -> bool:
-        return False
 
 Tensor = Any
 Selection = Union[Tensor, Tuple[Tensor, Tensor]]
@@ -47,10 +45,9 @@ Selection = Union[Tensor, Tuple[Tensor, Tensor]]
 _LOGITS = Accepted(_C.DType.float32, _C.DType.bfloat16)
 _VALUES = Accepted(_C.DType.float32)
 _PER_ROW_WORDS = Vocabulary({}, {})
-_WINDOWS = {"k_start": "cu_seq_len_k_start", "k_end": "cu_seq_len_k_end"}
-_PREFILL_WORDS = Vocabulary({**_WINDOWS, "seq_len_kv": "kv", "seq_len": "q"},
-                            {**_WINDOWS, "seq_len_kv": "T (dim 0)", "seq_len": "S (dim 0)"})
-_PAGED_WORDS = Vocabulary({"num_rows": "q"}, {"num_rows": "B * N"})
+# Messages about the operands in the logits functions' words (_api.py).
+_PREFILL_WORDS = Vocabulary(_PREFILL_ARGUMENTS, _PREFILL_TERMS)
+_PAGED_WORDS = Vocabulary(_PAGED_ARGUMENTS, _PAGED_TERMS)
 
 
 def _outputs(like: Any, rows: int, topk: int, with_values: bool):

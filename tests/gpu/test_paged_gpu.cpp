@@ -191,15 +191,6 @@ class PagedCase {
   std::vector<std::int32_t> host_meta_;
 };
 
-void run_and_compare(const PagedSpec& spec, const Variation& variation = {}) {
-  PagedCase c(spec, variation);
-  const auto cpu = c.cpu_logits();
-  const auto gpu = c.gpu_logits();
-  EXPECT_EQ(c.device_metadata(), c.host_metadata()) << "device metadata differs from host";
-  gpu_test::expect_matches_cpu(c.workload(), gpu, cpu);
-  gpu_test::expect_padding_untouched(c.workload(), gpu);
-}
-
 std::string describe(const PagedSpec& s) {
   return "B" + std::to_string(s.batch) + "_N" + std::to_string(s.next_n) + "_H" +
          std::to_string(s.num_heads) + "_D" + std::to_string(s.head_dim) + "_bk" +
@@ -207,6 +198,17 @@ std::string describe(const PagedSpec& s) {
          dtype_name(s.logits_dtype) + (s.clean_logits ? "_clean" : "_unclean") +
          (s.lens_2d ? "_lens2d" : "_lens1d") + (s.varlen_indices ? "_varlen" : "") + "_pad" +
          std::to_string(s.extra_block_stride_bytes);
+}
+
+// Runs the spec on both backends and compares them; a failure names the spec.
+void run_and_compare(const PagedSpec& spec, const Variation& variation = {}) {
+  SCOPED_TRACE(describe(spec));
+  PagedCase c(spec, variation);
+  const auto cpu = c.cpu_logits();
+  const auto gpu = c.gpu_logits();
+  EXPECT_EQ(c.device_metadata(), c.host_metadata()) << "device metadata differs from host";
+  gpu_test::expect_matches_cpu(c.workload(), gpu, cpu);
+  gpu_test::expect_padding_untouched(c.workload(), gpu);
 }
 
 // ---- the option matrix ----------------------------------------------------------------------
@@ -280,7 +282,6 @@ TEST_F(PagedGpu, ContextLengthsAroundBlockEdges) {
       s.block_kv = block_kv;
       s.clean_logits = clean;
       s.explicit_context_lens = lens;
-      SCOPED_TRACE(describe(s));
       run_and_compare(s);
     }
   }
@@ -366,7 +367,6 @@ TEST_F(PagedGpu, OddAndLargeNextN) {
       s.batch = 3;
       s.explicit_context_lens.clear();
       if (!lens_2d) s.explicit_context_lens = {2, 900, 0};  // rows of the first go negative
-      SCOPED_TRACE(describe(s));
       run_and_compare(s);
     }
   }
@@ -386,7 +386,6 @@ TEST_F(PagedGpu, InvalidBlockIdsAreOutsideTheWindow) {
       s.block_kv = block_kv;
       s.next_n = 2;
       s.extra_block_stride_bytes = padding;
-      SCOPED_TRACE(describe(s));
       run_and_compare(s, {.invalid_every = 3});
     }
   }
@@ -493,7 +492,6 @@ TEST_F(PagedGpu, PairedCtas) {
         }
       }
       s.extra_block_stride_bytes = 4;
-      SCOPED_TRACE(describe(s));
       run_and_compare(s, {.invalid_every = 5, .workers = 7});
     }
   }
@@ -505,7 +503,6 @@ TEST_F(PagedGpu, PairedCtas) {
     s.next_n = 7;
     s.batch = 3;
     s.explicit_context_lens = {2, 900, 0};
-    SCOPED_TRACE(describe(s));
     run_and_compare(s, {.invalid_every = 6, .workers = 3});
   }
 }

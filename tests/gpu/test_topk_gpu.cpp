@@ -135,12 +135,7 @@ TEST_F(TopkPerRowGpu, AdversarialRowsMatchTheCpu) {
 }
 
 TEST_F(TopkPerRowGpu, RepeatedCallsAreBitwiseEqual) {
-  const Rows logits = random_rows(200, 5000, DType::kFloat32, 9);
-  PerRowCall call = random_windows(200, 5000, 10);
-  const Selection a = run_per_row_gpu(logits, call, 2048);
-  const Selection b = run_per_row_gpu(logits, call, 2048);
-  ASSERT_EQ(a.indices, b.indices);
-  ASSERT_EQ(0, std::memcmp(a.values.data(), b.values.data(), a.values.size() * 4));
+  expect_repeated_calls_bitwise_equal(run_per_row_gpu, 200);
 }
 
 TEST_F(TopkPerRowGpu, RefusesHostOutputsAndWritesNothing) {
@@ -287,12 +282,7 @@ TEST_F(MqaTopkGpu, MatchesTheOracleOverItsLogits) {
 using PagedMqaTopkGpu = GpuTest;
 
 TEST_F(PagedMqaTopkGpu, MatchesTheOracleOverItsLogits) {
-  const PagedCase cases[] = {
-      {1, 1, 64, false, false, DType::kFloat32},  {8, 2, 32, true, false, DType::kFloat32},
-      {5, 3, 64, false, false, DType::kBFloat16}, {6, 4, 64, true, false, DType::kFloat32},
-      {3, 8, 32, false, false, DType::kFloat32},  {12, 1, 64, false, true, DType::kFloat32},
-  };
-  for (const PagedCase& c : cases) {
+  for (const PagedCase& c : kPagedCases) {
     const support::PagedSpec spec = paged_spec(c, 64, 128, c.batch == 1 ? 70000 : 5000);
     const auto w = support::make_paged_workload(spec);
     const auto device = gpu_test::upload(w.buffers);

@@ -13,15 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-try:
-    import ml_dtypes
-except ImportError:
-    ml_dtypes = None
+from support import ml_dtypes, torch  # each None where it is not installed
 
 FORMATS = ("fp8", "mxfp8", "mxfp4")
 MX_BLOCK = 32
