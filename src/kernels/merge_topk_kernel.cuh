@@ -95,8 +95,7 @@ __global__ void __launch_bounds__(kTopkThreads, 1) merge_topk_kernel(const Merge
     }
     __syncthreads();
     const MergedCandidates merged{p, row, staged, keys, source, count};
-    const Threshold t =
-        find_threshold(cluster, shared, merged, static_cast<unsigned>(p.topk));
+    const Threshold t = find_threshold(cluster, shared, merged, static_cast<unsigned>(p.topk));
     write_selection(cluster, shared, merged, t, p.out_indices + row * p.topk,
                     p.out_values != nullptr ? p.out_values + row * p.topk : nullptr, p.topk);
     __syncthreads();  // the staging is refilled by the next row

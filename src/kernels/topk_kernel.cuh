@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kTopkThreads, 2) topk_rows_kernel(const TopkPr
         kDecodeRows ? p.block_table + row / p.next_n * p.block_table_row_stride : nullptr;
     const ChunkKeys<kBf16, kDecodeRows, kCached> keys{
         p, span, row_data, table_row, __ffs(p.block_kv) - 1, span.first + first, count, cache};
-    const Threshold t =
-        find_threshold(cluster, shared, keys, static_cast<unsigned>(p.topk));
+    const Threshold t = find_threshold(cluster, shared, keys, static_cast<unsigned>(p.topk));
     write_selection(cluster, shared, keys, t, p.indices + row * p.topk,
                     p.values != nullptr ? p.values + row * p.topk : nullptr, p.topk);
     cluster.sync();  // no CTA reads another's shared state of this row any more

@@ -1,4 +1,4 @@
-// The exact selection of one row's keys by a cluster of CTAs (1 to 8), each holding a chunk of
+// The exact selection of one row's keys by a cluster of CTAs (1 to 16), each holding a chunk of
 // the row's elements in order: the threshold by three histogram levels over the order keys'
 // digits, added up over the cluster through distributed shared memory, then the ordered output.
 // docs/design.md, "Top-k", says why. A Source gives its chunk's `count` elements, in order:
