@@ -3,9 +3,11 @@
 // among, the order of logits, and the index a selected column gets.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
+#include "mqa_logits/capabilities.hpp"
 #include "mqa_logits/tensor.hpp"
 #include "schedule.hpp"
 
@@ -102,28 +104,53 @@ MQA_HOST_DEVICE constexpr std::uint32_t logit_bits(const void* row, std::int64_t
               : static_cast<const std::uint32_t*>(row)[col];
 }
 
-// Decode rows: the block id of position `pos` of row `row`, -1 outside the cache.
-MQA_HOST_DEVICE constexpr std::int64_t block_of(const TopkProblem& p, std::int64_t row,
-                                                std::int64_t pos) {
-  const std::int64_t id =
-      p.block_table[(row / p.next_n) * p.block_table_row_stride + pos / p.block_kv];
-  return id >= 0 && id < p.num_blocks ? id : -1;
+// Decode rows: a row's block-table row and how its key positions map to blocks and slots.
+struct DecodeBlocks {
+  const std::int32_t* table_row = nullptr;
+  std::int64_t num_blocks = 0;
+  int block_shift = 0;  // log2(block_kv)
+
+  // The block id of position `pos`, -1 outside the cache.
+  MQA_HOST_DEVICE constexpr std::int64_t block_of(std::int64_t pos) const {
+    const std::int64_t id = table_row[pos >> block_shift];
+    return id >= 0 && id < num_blocks ? id : -1;
+  }
+  // The cache slot of position `pos`.
+  MQA_HOST_DEVICE constexpr std::int64_t slot_of(std::int64_t pos) const {
+    return (block_of(pos) << block_shift) + (pos & ((std::int64_t{1} << block_shift) - 1));
+  }
+};
+
+template <std::size_t N>
+constexpr bool powers_of_two(const int (&values)[N]) {
+  for (const int v : values) {
+    if (v <= 0 || (v & (v - 1)) != 0) return false;
+  }
+  return true;
+}
+static_assert(powers_of_two(capabilities::kBlockKvs),
+              "DecodeBlocks maps positions to blocks by shifts: block_kv must be a power of two");
+
+// Row `row`'s blocks (decode rows; empty for rows of windows).
+MQA_HOST_DEVICE constexpr DecodeBlocks decode_blocks(const TopkProblem& p, std::int64_t row) {
+  if (p.context_lens == nullptr) return {};
+  int shift = 0;
+  while ((1 << shift) < p.block_kv) ++shift;
+  return {p.block_table + row / p.next_n * p.block_table_row_stride, p.num_blocks, shift};
 }
 
-// The order key of column `col` of row `row` (whose data starts at `row_data`).
-MQA_HOST_DEVICE constexpr std::uint32_t column_key(const TopkProblem& p, const void* row_data,
-                                                   std::int64_t row, std::int64_t col) {
-  if (p.context_lens != nullptr && block_of(p, row, col) < 0) return 0;
+// The order key of column `col` of a row whose data starts at `row_data` and whose blocks (decode
+// rows) are `blocks`.
+MQA_HOST_DEVICE constexpr std::uint32_t column_key(const TopkProblem& p, const DecodeBlocks& blocks,
+                                                   const void* row_data, std::int64_t col) {
+  if (p.context_lens != nullptr && blocks.block_of(col) < 0) return 0;
   return order_key(logit_bits(row_data, col, p.logits_dtype == DType::kBFloat16));
 }
 
 // The index a selected column is given.
 MQA_HOST_DEVICE constexpr std::int32_t column_index(const TopkProblem& p, const RowSpan& span,
-                                                    std::int64_t row, std::int64_t col) {
-  if (p.cache_slots) {
-    return static_cast<std::int32_t>(block_of(p, row, col) * p.block_kv + col % p.block_kv);
-  }
-  return static_cast<std::int32_t>(col + span.index_offset);
+                                                    const DecodeBlocks& blocks, std::int64_t col) {
+  return static_cast<std::int32_t>(p.cache_slots ? blocks.slot_of(col) : col + span.index_offset);
 }
 
 }  // namespace topk

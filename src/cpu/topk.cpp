@@ -42,12 +42,13 @@ void run_topk(const TopkProblem& p, int num_threads) {
   const std::int64_t element_bytes = bf16 ? 2 : 4;
   parallel_for(p.rows, num_threads, [&](std::int64_t row) {
     const topk::RowSpan span = topk::row_span(p, row);
+    const topk::DecodeBlocks blocks = topk::decode_blocks(p, row);
     const auto* row_data =
         static_cast<const char*>(p.logits) + row * p.logits_row_stride * element_bytes;
     std::vector<Candidate> candidates;
     candidates.reserve(static_cast<std::size_t>(span.count));
     for (std::int64_t col = span.first; col < span.first + span.count; ++col) {
-      const std::uint32_t key = topk::column_key(p, row_data, row, col);
+      const std::uint32_t key = topk::column_key(p, blocks, row_data, col);
       if (key != 0) candidates.push_back({key, col, col});
     }
     select(candidates, p.topk);
@@ -56,7 +57,7 @@ void run_topk(const TopkProblem& p, int num_threads) {
     float* values = p.values != nullptr ? p.values + row * p.topk : nullptr;
     for (std::size_t i = 0; i < k; ++i) {
       const bool selected = i < candidates.size();
-      indices[i] = selected ? topk::column_index(p, span, row, candidates[i].at) : -1;
+      indices[i] = selected ? topk::column_index(p, span, blocks, candidates[i].at) : -1;
       if (values == nullptr) continue;
       if (selected) {
         const std::uint32_t bits = topk::logit_bits(row_data, candidates[i].at, bf16);

@@ -14,31 +14,26 @@
 
 namespace mqa_logits::kernels {
 
-// Element i of this CTA's chunk: column chunk_first + i of the row. Decode rows read their block
-// table row (block_kv a power of two) to drop keys of absent blocks and to give cache slots. The
-// logits' type, the rows' kind and whether chunks fit shared memory are the launch's, so that a
-// pass's loads carry no branches and all of them are in flight at once.
+// Element i of this CTA's chunk: column chunk_first + i of the row, whose blocks (decode rows)
+// drop keys of absent blocks and give cache slots. The logits' type, the rows' kind and whether
+// chunks fit shared memory are the launch's, so that a pass's loads carry no branches and all of
+// them are in flight at once.
 template <bool kBf16, bool kDecodeRows, bool kCached>
 struct ChunkKeys {
   const TopkProblem& p;
   const topk::RowSpan& span;
+  const topk::DecodeBlocks& blocks;
   const void* row_data;
-  const std::int32_t* table_row;  // decode rows' block table row
-  int block_shift;                // log2(block_kv)
   std::int64_t chunk_first;
   std::int64_t count;
   std::uint32_t* cache;  // kCached: the chunk's keys in shared memory, filled by keep
 
-  __device__ std::int32_t block_id(std::int64_t col) const {
-    const std::int32_t id = table_row[col >> block_shift];
-    return id >= 0 && id < p.num_blocks ? id : -1;
-  }
   __device__ std::uint32_t load_word(std::int64_t i) const {
     return topk::logit_bits(row_data, chunk_first + i, kBf16);
   }
   __device__ std::uint32_t key_of(std::int64_t i, std::uint32_t bits) const {
     if constexpr (kDecodeRows) {
-      if (block_id(chunk_first + i) < 0) return 0;
+      if (blocks.block_of(chunk_first + i) < 0) return 0;
     }
     return topk::order_key(bits);
   }
@@ -50,12 +45,7 @@ struct ChunkKeys {
     return key_of(i, load_word(i));
   }
   __device__ std::int32_t index(std::int64_t i) const {
-    const std::int64_t col = chunk_first + i;
-    if (p.cache_slots) {
-      return static_cast<std::int32_t>((static_cast<std::int64_t>(block_id(col)) << block_shift) +
-                                       (col & ((std::int64_t{1} << block_shift) - 1)));
-    }
-    return static_cast<std::int32_t>(col + span.index_offset);
+    return topk::column_index(p, span, blocks, chunk_first + i);
   }
   __device__ float value(std::int64_t i) const {
     return __uint_as_float(topk::logit_bits(row_data, chunk_first + i, kBf16));
@@ -82,10 +72,10 @@ __global__ void __launch_bounds__(kTopkThreads, 2) topk_rows_kernel(const TopkPr
     const std::int64_t count = span.count - first < chunk ? span.count - first : chunk;
     const void* row_data =
         static_cast<const char*>(p.logits) + row * p.logits_row_stride * (kBf16 ? 2 : 4);
-    const std::int32_t* table_row =
-        kDecodeRows ? p.block_table + row / p.next_n * p.block_table_row_stride : nullptr;
-    const ChunkKeys<kBf16, kDecodeRows, kCached> keys{
-        p, span, row_data, table_row, __ffs(p.block_kv) - 1, span.first + first, count, cache};
+    const topk::DecodeBlocks blocks =
+        kDecodeRows ? topk::decode_blocks(p, row) : topk::DecodeBlocks{};
+    const ChunkKeys<kBf16, kDecodeRows, kCached> keys{p, span, blocks, row_data, span.first + first,
+                                                      count, cache};
     const Threshold t = find_threshold(cluster, shared, keys, static_cast<unsigned>(p.topk));
     write_selection(cluster, shared, keys, t, p.indices + row * p.topk,
                     p.values != nullptr ? p.values + row * p.topk : nullptr, p.topk);
