@@ -19,6 +19,15 @@ void expect_int32_rows(const Placement& placement, Arg arg, std::int64_t rows) {
   checks::expect_contiguous(arg);
 }
 
+// An output of the selection: `dtype`, [rows, topk], contiguous, on the call's device.
+void expect_selection_output(const Placement& placement, Arg arg, DType dtype, std::int64_t rows,
+                             std::int64_t topk) {
+  placement.expect_same_device(arg);
+  checks::expect_dtype(arg, {dtype});
+  checks::expect_shape(arg, {rows, topk}, "[R, topk]");
+  checks::expect_contiguous(arg);
+}
+
 }  // namespace
 
 namespace topk_checks {
@@ -62,17 +71,8 @@ void expect_selection_outputs(const Placement& placement, std::int64_t rows, std
                               const std::optional<TensorView>& values,
                               std::initializer_list<Arg> inputs) {
   const Arg indices{topk_indices, "topk_indices"};
-  placement.expect_same_device(indices);
-  checks::expect_dtype(indices, {DType::kInt32});
-  checks::expect_shape(indices, {rows, topk}, "[R, topk]");
-  checks::expect_contiguous(indices);
-  if (values) {
-    const Arg arg{*values, "values"};
-    placement.expect_same_device(arg);
-    checks::expect_dtype(arg, {DType::kFloat32});
-    checks::expect_shape(arg, {rows, topk}, "[R, topk]");
-    checks::expect_contiguous(arg);
-  }
+  expect_selection_output(placement, indices, DType::kInt32, rows, topk);
+  if (values) expect_selection_output(placement, {*values, "values"}, DType::kFloat32, rows, topk);
   placement.expect_memory(indices);
   if (values) placement.expect_memory({*values, "values"});
   checks::expect_disjoint(indices, inputs);
