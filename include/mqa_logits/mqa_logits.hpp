@@ -50,7 +50,7 @@ struct MqaLogitsOptions {
   std::int64_t max_seqlen_k = 0;
   // Optional result of get_mqa_logits_metadata(); output is bitwise identical without it.
   // Without it the CUDA kernel computes the same even split itself at the start of each call
-  // (a pass over the windows, ~2-4 us); with it that is done once for calls sharing the windows.
+  // (a pass over the windows); with it that is done once for the calls sharing the windows.
   std::optional<TensorView> schedule_meta;
   // Check the inputs whose values validation does not read (block ids, context lengths, the
   // tables of varlen sequences, key scales, windows against max_seqlen_k, schedule metadata)

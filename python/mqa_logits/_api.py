@@ -119,8 +119,8 @@ def fp8_fp4_mqa_logits(
             (``numpy.float32`` without torch).
         schedule_meta: None, or :func:`get_mqa_logits_metadata` of these windows, T and H: the
             output is bitwise identical without it. Without it the CUDA kernel computes the
-            same split itself at the start of each call (~2-4 us); with it that is done once
-            for the calls that share the windows. Default None.
+            same split itself at the start of each call (a pass over the windows); with it that
+            is done once for the calls that share the windows. Default None.
 
     Returns:
         The logits, ``[S, T]`` (or ``[S, max_seqlen_k]``) of logits_dtype, on q's device and of

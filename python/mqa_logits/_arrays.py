@@ -4,8 +4,8 @@ Every array crosses into the extension as a descriptor, the tuple
 
     (data_ptr, DType, shape, strides in elements, device: -1 host or the CUDA ordinal)
 
-A descriptor of a torch tensor costs five attribute reads (~0.5 us); a DLPack capsule costs
-~3 us per array, which made a call's host time 4-6x the reference's. float8 and bfloat16 have no
+A descriptor of a torch tensor costs five attribute reads; a DLPack capsule per array cost several
+times more, which made a call's host time a multiple of the reference's. float8 and bfloat16 have no
 type code in every framework (numpy has none at all), so the element type
 (:class:`mqa_logits._C.DType`) is part of the descriptor. The caller's arrays stay referenced for
 the whole call, so the pointers stay valid. Outputs are allocated with the framework and on the

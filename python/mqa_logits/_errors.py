@@ -37,7 +37,7 @@ class Vocabulary:
     inside ``with vocabulary:``, which re-raises the library's ValueError / TypeError with the
     message rephrased, as InvalidArgumentError / InvalidTypeError. One object per function,
     built once: entering it costs a call nothing (a generator-based context manager would add
-    ~1 us to every call)."""
+    a generator's set-up to every call)."""
 
     __slots__ = ("arguments", "terms")
 

@@ -1,6 +1,6 @@
 """The indexer functions as torch custom ops (``torch.ops.mqa_logits.*``), for torch.compile.
 
-Eager calls do not pass through these ops: the dispatch of a Python custom op costs ~15 us, a
+Eager calls do not pass through these ops: the dispatch of a Python custom op costs more than a
 whole call's budget of host time. The public functions take them only while torch.compile traces
 (``torch.compiler.is_compiling()``), so a compiled model holds each call as one graph node whose
 output shape, dtype and strides come from the fake implementations below, without running

@@ -73,8 +73,8 @@ int current_device() {
 }
 
 const DeviceLimits& device_limits(int device) {
-  // Queried on first use of each device, then read: a call's host time must not pay ~1 us per
-  // attribute.
+  // Queried on first use of each device, then read: a call's host time must not pay a driver
+  // query per attribute.
   static std::array<DeviceLimits, kMaxDevices> limits;
   static std::array<std::once_flag, kMaxDevices> queried;
   if (device < 0 || device >= device_count()) {
