@@ -99,10 +99,12 @@ bool launch_paged(const PagedProblem& problem, cudaStream_t stream) {
     return paged::make_smem_layout(D, H, kMmaRows, weight_bytes, kBudget).stages;
   };
   static_assert(stages_with(4) >= paged::kProducerWarps && stages_with(2) >= paged::kProducerWarps,
-                "every loading warp needs a stage of its own (paged_kernel.cuh, Pipeline)");
+                "every loading warp needs a stage of its own "
+                "(docs/design.md, \"The decode kernel\", Ring)");
   static_assert(!kPaired || (stages_with(4) % paged::kProducerWarps == 0 &&
                              stages_with(2) % paged::kProducerWarps == 0),
-                "in a pair one warp loads every tile of a stage (paged_kernel.cuh, CTA pairs)");
+                "in a pair one warp loads every tile of a stage "
+                "(docs/design.md, \"The decode kernel\", CTA pairs)");
   constexpr auto kernel = &paged::paged_logits_kernel<D, H, kMmaRows, kPaired>;
   constexpr const char* kName = "paged_logits_kernel launch";
   const paged::SmemLayout smem = paged::make_smem_layout(

@@ -1,8 +1,9 @@
 // The decode kernel's epilogue (paged_kernel.cuh): from one chunk's wgmma accumulators to stored
 // logits. Per thread: relu, weight and the sum over the heads it holds; across the 4 lanes of a
 // quad: a reduce-scatter (QuadSums says which lane ends with which (row, key) sum); then the key
-// scale and the store, or -inf, or nothing (the coverage rules of paged_kernel.cuh). Free of
-// Hopper-only instructions, so that its lane arithmetic can be exercised anywhere.
+// scale and the store, or -inf, or nothing (the coverage rules of docs/design.md, "The decode
+// kernel", Roles). Free of Hopper-only instructions, so that its lane arithmetic can be exercised
+// anywhere.
 #pragma once
 
 #include <cuda_bf16.h>

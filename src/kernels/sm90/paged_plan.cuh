@@ -103,10 +103,10 @@ __host__ __device__ constexpr int math_warpgroups(int mma_rows, int heads) {
   if (chunk_count(mma_rows, heads) > 1 || chunk_width(mma_rows, heads) > 128) return 2;
   return chunk_width(mma_rows, heads) <= 64 ? 4 : 3;
 }
-// Producer warps that load key tiles beside `math_warpgroups` consumers: as many as there are
-// math warpgroups where that is three or four (with a stage count their multiple, one warp then
-// loads every tile of a stage), four beside two (paged_kernel.cuh, Pipeline, says why each keeps
-// a stage's refills in the order its parity waits can tell apart).
+// Producer warps that load key tiles beside `math_warpgroups` consumers: as many as there are math
+// warpgroups where that is three or four (with a stage count their multiple, one warp then loads
+// every tile of a stage), four beside two (docs/design.md, "The decode kernel", Ring, says why each
+// keeps a stage's refills in the order its parity waits can tell apart).
 __host__ __device__ constexpr int loading_warps(int math_warpgroups) {
   return math_warpgroups == 2 ? kProducerWarps : math_warpgroups;
 }
@@ -236,7 +236,7 @@ constexpr SmemLayout make_smem_layout(int head_dim, int heads, int mma_rows, int
   const std::uint32_t per_stage = s.tile_bytes + kTileKeys * kScaleBytes + 4 + 2 * 8;
   const std::uint32_t room = budget_bytes > fixed + 64 ? budget_bytes - fixed - 64 : 0;
   // A multiple of the math warpgroups: stage s always holds tiles of math warpgroup s % warpgroups
-  // (paged_kernel.cuh, Pipeline).
+  // (docs/design.md, "The decode kernel", Ring).
   const int most = std::min(kMaxStages, static_cast<int>(kMaxKeyBytesInFlight / s.tile_bytes));
   s.stages = std::min(most, static_cast<int>(room / per_stage)) / warpgroups * warpgroups;
   const auto stages = static_cast<std::uint32_t>(s.stages);

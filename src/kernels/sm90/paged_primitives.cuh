@@ -71,7 +71,7 @@ __device__ __forceinline__ void bulk_load_pair(void* dst, const void* src, std::
 
 // `count` arrivals on the barrier at the offset of `bar` in the cluster's CTA `rank` (mapa,
 // which cuda::ptx lacks). Relaxed: it publishes no data, only that reads this thread waited for
-// are done (paged_kernel.cuh, CTA pairs, says what it answers for).
+// are done (docs/design.md, "The decode kernel", CTA pairs, says what it answers for).
 __device__ __forceinline__ void arrive_on_cta(Barrier* bar, int rank, std::uint32_t count) {
   std::uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"

@@ -1,6 +1,6 @@
-// The decode kernel's warpgroup 0 (paged_kernel.cuh, Warp roles): the loading warps (key tiles,
-// each group's q and weights, and the L2 prefetch of what they read at later groups' start), and
-// the cleaners that write -inf past the tiles' columns with clean_logits.
+// The decode kernel's warpgroup 0 (docs/design.md, "The decode kernel", Roles): the loading warps
+// (key tiles, each group's q and weights, and the L2 prefetch of what they read at later groups'
+// start), and the cleaners that write -inf past the tiles' columns with clean_logits.
 #pragma once
 
 #include <cuda.h>
@@ -105,7 +105,7 @@ __device__ __forceinline__ void load_tile(const PagedParams& p, const SharedStat
       *s.info(stage) = mask;
       full->arrive_expect_bytes(__popc(mask) * kBlockKeys * (D + kScaleBytes));
       // The other CTA's full barrier waits for this producer too, even where this CTA loads no
-      // bytes of the tile (paged_kernel.cuh, CTA pairs).
+      // bytes of the tile (docs/design.md, "The decode kernel", CTA pairs).
       if constexpr (kPaired) arrive_on_cta(full, pair_rank() ^ 1, 1);
 #pragma unroll
       for (int b = 0; b < kBlocksPerTile; ++b) {

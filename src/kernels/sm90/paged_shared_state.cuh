@@ -46,7 +46,8 @@ struct SharedState {
   __device__ Barrier* q_empty(int slot) const {
     return barrier(2 * layout.stages + kQSlots + slot);
   }
-  // Completes once the barriers before it are initialized (paged_kernel.cuh, Pipeline).
+  // Completes once the barriers before it are initialized (docs/design.md, "The decode kernel",
+  // Ring).
   __device__ Barrier* pipeline_ready() const { return barrier(2 * layout.stages + 2 * kQSlots); }
   __device__ std::uint8_t* q_slot(int slot) const {
     return base + layout.q_offset + slot * layout.q_slot_bytes;

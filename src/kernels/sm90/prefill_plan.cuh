@@ -99,7 +99,7 @@ struct PrefillTiling {
   static constexpr int kScaleBytes = kScaleBox * 4;  // per stage
   static constexpr int kPartials = 2 * kGroupQ;  // (row r, query q) sums per thread
   static constexpr int kOutputsPerThread = kPartials / 4;
-  // Queries among a math thread's outputs (prefill_kernel.cuh): output i is query
+  // Queries among a math thread's outputs (prefill_math.cuh): output i is query
   // (4 i + lane % 4) % kGroupQ.
   static constexpr int kLaneQueries = kGroupQ / 4 > 1 ? kGroupQ / 4 : 1;
   static_assert(kOutputsPerThread >= 1,
